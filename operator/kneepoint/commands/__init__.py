@@ -1,0 +1,1 @@
+"""CLI commands that sit on the pure core (estimate, decide, report, export)."""

@@ -1,0 +1,225 @@
+"""ParallelismExperiment status: observed results, conditions and the decision.
+
+Status is the only place progress lives: a restarted operator rebuilds everything from it.
+Dataclasses here serialise to the CRD's camelCase status schema with ``to_json`` and back
+with ``from_json`` (``apifields``); ``None`` fields are omitted from the JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kneepoint.core.apifields import api_field, from_json, to_json
+
+# Tier phases, in the order a tier normally moves through them.
+TIER_PENDING = "Pending"
+TIER_SKIPPED = "Skipped"  # not deployed: the estimate says it cannot fit, or the ladder stopped before it
+TIER_WAITING = "Waiting"  # waiting for free GPUs in one NVLink domain
+TIER_DEPLOYING = "Deploying"
+TIER_LOAD_TESTING = "LoadTesting"
+TIER_COLLECTING = "Collecting"  # reading Prometheus over the load test's window
+TIER_MEASURED = "Measured"
+TIER_FAILED = "Failed"
+TIER_PHASES = (
+    TIER_PENDING,
+    TIER_SKIPPED,
+    TIER_WAITING,
+    TIER_DEPLOYING,
+    TIER_LOAD_TESTING,
+    TIER_COLLECTING,
+    TIER_MEASURED,
+    TIER_FAILED,
+)
+
+PHASES = ("Pending", "Planning", "Profiling", "Decided", "Failed")
+
+RULES = (
+    "memory-headroom",
+    "throughput-gain",
+    "p99-degradation",
+    "comm-fraction",
+    "last-tier",
+    "budget",
+    "only-tier",
+)
+CLASSIFICATIONS = ("single-gpu-enough", "does-not-fit", "cannot-keep-up")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A Kubernetes condition (type/status/reason/message/lastTransitionTime/observedGeneration)."""
+
+    type: str = api_field("Condition type: Accepted, Planned, Profiling, Decided, Failed, MetricsAvailable.")
+    status: str = api_field("True, False or Unknown.", enum=("True", "False", "Unknown"))
+    reason: str = api_field("One CamelCase word.")
+    message: str = api_field("A human-readable sentence.")
+    last_transition_time: str = api_field("RFC 3339 time the status last changed.")
+    observed_generation: int | None = api_field("metadata.generation this condition was computed from.", default=None)
+
+
+@dataclass(frozen=True)
+class TierResult:
+    """What one tier measured (or why it was not measured). Units are in the field names."""
+
+    tensor_parallel: int = api_field("Tensor-parallel size.")
+    pipeline_parallel: int = api_field("Pipeline-parallel size.", default=1)
+    gpus: int = api_field("GPUs per replica (tensorParallel x pipelineParallel).", default=1)
+    name: str | None = api_field("Tier name, tpN-ppM.", default=None)
+    phase: str = api_field("Pending, Skipped, Waiting, Deploying, LoadTesting, Collecting, Measured or Failed.", default=TIER_PENDING)
+    reason: str | None = api_field("Why the tier is in this phase (does-not-fit numbers, failure reason).", default=None)
+    does_not_fit: bool | None = api_field("True when the tier was skipped or failed because the model does not fit.", default=None)
+    simulated: bool | None = api_field("True when the numbers come from the engine simulator, not GPUs.", default=None)
+    output_tokens_per_second: float | None = api_field("Output tokens per second (client side).", default=None)
+    total_tokens_per_second: float | None = api_field("Input plus output tokens per second.", default=None)
+    requests_per_second: float | None = api_field("Completed requests per second.", default=None)
+    ttft_p50_ms: float | None = api_field("Time to first token P50, ms.", default=None)
+    ttft_p95_ms: float | None = api_field("Time to first token P95, ms.", default=None)
+    ttft_p99_ms: float | None = api_field("Time to first token P99, ms.", default=None)
+    tpot_mean_ms: float | None = api_field("Mean time per output token after the first, ms.", default=None)
+    latency_p50_ms: float | None = api_field("End-to-end latency P50, ms.", default=None)
+    latency_p95_ms: float | None = api_field("End-to-end latency P95, ms.", default=None)
+    latency_p99_ms: float | None = api_field("End-to-end latency P99, ms.", default=None)
+    error_fraction: float | None = api_field("Failed requests / all requests of the kept repeat.", default=None)
+    completed_requests: int | None = api_field("Requests completed in the kept repeat.", default=None)
+    peak_memory_gi_b: float | None = api_field(
+        "Needed peak memory per GPU, GiB: weights + KV cache actually used at peak + runtime overhead. The memory rule uses this.",
+        default=None,
+        json_name="peakMemoryGiB",
+    )
+    allocated_memory_gi_b: float | None = api_field(
+        "Framebuffer used per GPU at peak (DCGM FB_USED), GiB; near gpuMemoryUtilization on every tier because vLLM pre-allocates its KV pool.",
+        default=None,
+        json_name="allocatedMemoryGiB",
+    )
+    estimated_memory_gi_b: float | None = api_field(
+        "Estimated needed memory per GPU before deploying, GiB.", default=None, json_name="estimatedMemoryGiB"
+    )
+    gpu_memory_gi_b: float | None = api_field("Memory of one GPU, GiB.", default=None, json_name="gpuMemoryGiB")
+    kv_cache_usage_peak: float | None = api_field("Peak vLLM KV-cache usage, fraction 0-1.", default=None)
+    preemptions: int | None = api_field("vLLM preemptions during the load test.", default=None)
+    gpu_utilization: float | None = api_field("Mean GPU utilisation during the load test, fraction 0-1.", default=None)
+    nvlink_bytes_per_second: float | None = api_field("Mean NVLink traffic per GPU, bytes/s.", default=None)
+    comm_fraction: float | None = api_field("Share of step time spent in collectives, 0-1, where measurable.", default=None)
+    throughput_gain: float | None = api_field("ΔT against the previous measured tier.", default=None)
+    p99_change: float | None = api_field("ΔP (P99 latency) against the previous measured tier.", default=None)
+    cost_per_million_tokens: float | None = api_field("GPU cost per million output tokens.", default=None)
+    gpu_minutes: float | None = api_field("GPU-minutes this tier held (GPUs x wall minutes from deploy to teardown).", default=None)
+    model_load_seconds: float | None = api_field("Seconds from Deployment creation to Ready (model load).", default=None)
+    load_test_seconds: float | None = api_field("Seconds the load test ran.", default=None)
+    attempts: int | None = api_field("Load-test attempts made.", default=None)
+    started_at: str | None = api_field("When the tier was deployed.", default=None)
+    load_test_started_at: str | None = api_field("Start of the measured window.", default=None)
+    load_test_finished_at: str | None = api_field("End of the measured window.", default=None)
+    finished_at: str | None = api_field("When the tier reached Measured, Failed or Skipped.", default=None)
+    node_name: str | None = api_field("Node the engine ran on.", default=None)
+    missing_metrics: tuple[str, ...] | None = api_field("Metrics Prometheus did not return for this tier.", default=None)
+    client_limited: bool | None = api_field("True when the load generator, not the server, limited the run.", default=None)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The decided tier, why, and what it means for capacity and cost."""
+
+    tensor_parallel: int = api_field("Decided tensor-parallel size.")
+    pipeline_parallel: int = api_field("Decided pipeline-parallel size.", default=1)
+    gpus_per_replica: int = api_field("GPUs per replica.", default=1)
+    replicas: int = api_field("Replicas for peak concurrency, redundancy included.", default=1)
+    rule: str = api_field("The stop rule that decided.", default="last-tier", enum=RULES)
+    rules_fired: tuple[str, ...] | None = api_field("Every rule that fired at the deciding step.", default=None)
+    reason: str = api_field("The comparison line and conclusion, with numbers.", default="")
+    classification: str = api_field("single-gpu-enough, does-not-fit or cannot-keep-up.", default="single-gpu-enough", enum=CLASSIFICATIONS)
+    per_replica_concurrency: int | None = api_field("Concurrency one replica serves within the SLO.", default=None)
+    per_replica_concurrency_source: str | None = api_field(
+        "measured (the tier met the SLO at the load-test concurrency) or estimated (scaled down from it).", default=None
+    )
+    slo_met: bool | None = api_field("Whether the decided tier met the SLO at the load-test concurrency.", default=None)
+    cost_per_million_tokens: float | None = api_field("GPU cost per million output tokens at the decided tier.", default=None)
+    total_gpus: int | None = api_field("replicas x gpusPerReplica.", default=None)
+    unevaluated_rules: tuple[str, ...] | None = api_field("Rules that could not be evaluated (missing metrics).", default=None)
+    simulated: bool | None = api_field("True when decided from simulated measurements.", default=None)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Where the KServe recommendation for the decided tier is stored."""
+
+    config_map_name: str = api_field("ConfigMap (same namespace) holding inferenceservice.yaml.")
+    min_replicas: int = api_field("KServe minReplicas.")
+    max_replicas: int = api_field("KServe maxReplicas.")
+    scale_metric: str = api_field("KServe scaleMetric.", default="concurrency")
+    scale_target: int = api_field("KServe scaleTarget (per-replica concurrency).", default=1)
+
+
+@dataclass(frozen=True)
+class ExperimentStatus:
+    """Observed state of a ParallelismExperiment."""
+
+    observed_generation: int | None = api_field("metadata.generation the status reflects.", default=None)
+    phase: str = api_field("One-word summary derived from the conditions (for printer columns).", default="Pending", enum=PHASES)
+    current_tier: str | None = api_field("Tier being worked on (tpN-ppM).", default=None)
+    waiting_for: str | None = api_field("What the experiment waits for (free GPUs, Prometheus), when it waits.", default=None)
+    queue_position: int | None = api_field("Position among experiments waiting for GPUs, 1 = next.", default=None)
+    tiers: tuple[TierResult, ...] = api_field("One entry per ladder tier, in ladder order.", default=())
+    decision: Decision | None = api_field("The decision, once Decided.", default=None)
+    recommendation: Recommendation | None = api_field("The KServe recommendation, once Decided.", default=None)
+    gpu_minutes_total: float | None = api_field("GPU-minutes spent by all tiers.", default=None)
+    simulated: bool | None = api_field("True when mode is Simulate.", default=None)
+    started_at: str | None = api_field("When profiling started.", default=None)
+    finished_at: str | None = api_field("When the experiment was Decided or Failed.", default=None)
+    message: str | None = api_field("Latest progress line.", default=None)
+    conditions: tuple[Condition, ...] = api_field("Latest observations; the source of truth for phase.", default=())
+
+    def to_dict(self) -> dict:
+        return to_json(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "ExperimentStatus":
+        return from_json(cls, data or {}) or cls()
+
+    def tier(self, name: str) -> TierResult | None:
+        for t in self.tiers:
+            if t.name == name:
+                return t
+        return None
+
+    def with_tier(self, result: TierResult) -> "ExperimentStatus":
+        """Replace the tier with the same name (or append it)."""
+        tiers = list(self.tiers)
+        for i, t in enumerate(tiers):
+            if t.name == result.name:
+                tiers[i] = result
+                break
+        else:
+            tiers.append(result)
+        return replace(self, tiers=tuple(tiers))
+
+
+def set_condition(
+    conditions: tuple[Condition, ...],
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: str,
+    observed_generation: int | None,
+) -> tuple[Condition, ...]:
+    """Set one condition, keeping ``lastTransitionTime`` unless its status flips."""
+    out = []
+    found = False
+    for c in conditions:
+        if c.type == type_:
+            found = True
+            ltt = c.last_transition_time if c.status == status else now
+            out.append(Condition(type_, status, reason, message, ltt, observed_generation))
+        else:
+            out.append(c)
+    if not found:
+        out.append(Condition(type_, status, reason, message, now, observed_generation))
+    return tuple(out)
+
+
+def get_condition(conditions: tuple[Condition, ...], type_: str) -> Condition | None:
+    for c in conditions:
+        if c.type == type_:
+            return c
+    return None
