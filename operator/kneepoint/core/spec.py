@@ -231,8 +231,8 @@ class CapacitySpec:
     )
     slo: SloSpec = api_field("Latency objectives per replica.", default_factory=SloSpec)
     gpu_hourly_cost: float = api_field("Cost of one GPU-hour, in any currency; 0 leaves cost out.", default=0.0, minimum=0.0)
-    max_replicas_factor: float = api_field(
-        "The KServe recommendation's maxReplicas is replicas x this factor.", default=2.0, minimum=1.0, maximum=10.0
+    min_replicas: int = api_field(
+        "minReplicas of the KServe recommendation (off-peak floor); maxReplicas is the computed replica count.", default=1, minimum=0
     )
 
 
