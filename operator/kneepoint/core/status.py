@@ -157,6 +157,10 @@ class ExperimentStatus:
     observed_generation: int | None = api_field("metadata.generation the status reflects.", default=None)
     phase: str = api_field("One-word summary derived from the conditions (for printer columns).", default="Pending", enum=PHASES)
     current_tier: str | None = api_field("Tier being worked on (tpN-ppM).", default=None)
+    decided_tier: str | None = api_field("The decided tier as a short label (TP2, TP8xPP2), once Decided.", default=None)
+    measured_spec_hash: str | None = api_field(
+        "Hash of the measurement-defining spec fields the tiers were measured with; a change restarts the ladder.", default=None
+    )
     waiting_for: str | None = api_field("What the experiment waits for (free GPUs, Prometheus), when it waits.", default=None)
     queue_position: int | None = api_field("Position among experiments waiting for GPUs, 1 = next.", default=None)
     tiers: tuple[TierResult, ...] = api_field("One entry per ladder tier, in ladder order.", default=())
