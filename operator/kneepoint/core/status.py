@@ -163,6 +163,7 @@ class ExperimentStatus:
     )
     waiting_for: str | None = api_field("What the experiment waits for (free GPUs, Prometheus), when it waits.", default=None)
     queue_position: int | None = api_field("Position among experiments waiting for GPUs, 1 = next.", default=None)
+    waiting_since: str | None = api_field("When the experiment started waiting for GPUs (keeps its queue place across operator restarts).", default=None)
     tiers: tuple[TierResult, ...] = api_field("One entry per ladder tier, in ladder order.", default=())
     decision: Decision | None = api_field("The decision, once Decided.", default=None)
     recommendation: Recommendation | None = api_field("The KServe recommendation, once Decided.", default=None)
