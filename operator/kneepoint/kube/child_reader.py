@@ -1,0 +1,93 @@
+"""Reads the experiment's children, nodes and ConfigMaps from the API (the only reader).
+
+Calls the synchronous Kubernetes client in worker threads and returns plain dicts exactly as
+the API serves them (``_preload_content=False``), so the pure functions in ``pod_status``
+see the same shapes in tests and in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kneepoint.core.tiers import Tier
+from kneepoint.kube import naming
+
+
+def _json(resp: Any) -> dict[str, Any]:
+    return json.loads(resp.data)
+
+
+class ChildReader:
+    """Read-only API access for one operator process."""
+
+    def __init__(self, api_client: client.ApiClient):
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        def run() -> dict[str, Any] | None:
+            try:
+                return _json(fn(*args, _preload_content=False, **kwargs))
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+        return await asyncio.to_thread(run)
+
+    async def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._call(self.apps.read_namespaced_deployment, name, namespace)
+
+    async def pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        data = await self._call(self.core.list_namespaced_pod, namespace, label_selector=selector)
+        return (data or {}).get("items", [])
+
+    async def engine_pods(self, experiment: str, namespace: str, tier: Tier) -> list[dict[str, Any]]:
+        return await self.pods(namespace, naming.child_labels(experiment, tier, naming.ROLE_ENGINE))
+
+    async def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._call(self.batch.read_namespaced_job, name, namespace)
+
+    async def job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+        return await self.pods(namespace, {"job-name": job_name})
+
+    async def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._call(self.core.read_namespaced_config_map, name, namespace)
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        data = await self._call(self.core.list_node)
+        return (data or {}).get("items", [])
+
+    async def active_pods_on_nodes(self) -> list[dict[str, Any]]:
+        """Pods that hold resources (not Succeeded/Failed), cluster-wide: what the scheduler counts."""
+        data = await self._call(
+            self.core.list_pod_for_all_namespaces, field_selector="status.phase!=Succeeded,status.phase!=Failed"
+        )
+        return (data or {}).get("items", [])
+
+    async def experiment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._call(
+            self.custom.get_namespaced_custom_object, naming.GROUP, naming.VERSION, namespace, naming.PLURAL, name
+        )
+
+    async def children_names(self, experiment: str, namespace: str) -> dict[str, list[str]]:
+        """Names of every child kind by label, for cleanup and leak checks."""
+        selector = f"{naming.LABEL_EXPERIMENT}={naming.experiment_label_value(experiment)}"
+        out: dict[str, list[str]] = {}
+        for kind, fn in (
+            ("deployments", self.apps.list_namespaced_deployment),
+            ("services", self.core.list_namespaced_service),
+            ("jobs", self.batch.list_namespaced_job),
+            ("configmaps", self.core.list_namespaced_config_map),
+        ):
+            data = await self._call(fn, namespace, label_selector=selector)
+            out[kind] = [i["metadata"]["name"] for i in (data or {}).get("items", [])]
+        return out

@@ -1,0 +1,156 @@
+"""The only module that writes to the Kubernetes API: children, status and events.
+
+Every write is idempotent: creating an object that already exists (HTTP 409) counts as
+success, deleting one that is gone (404) too. That is what makes a reconcile pass safe to
+repeat after a crash at any point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kneepoint.core.tiers import Tier
+from kneepoint.kube import naming
+
+log = logging.getLogger("kneepoint.kube")
+
+
+class ChildWriter:
+    """Write access for one operator process."""
+
+    def __init__(self, api_client: client.ApiClient, component: str = "kneepoint-operator"):
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.component = component
+
+    async def create(self, body: dict[str, Any]) -> bool:
+        """Create ``body`` unless it exists. Returns True when this call created it."""
+        kind, ns = body["kind"], body["metadata"]["namespace"]
+        fn = {
+            "Deployment": self.apps.create_namespaced_deployment,
+            "Service": self.core.create_namespaced_service,
+            "Job": self.batch.create_namespaced_job,
+            "ConfigMap": self.core.create_namespaced_config_map,
+        }[kind]
+
+        def run() -> bool:
+            try:
+                fn(ns, body, _preload_content=False)
+                return True
+            except ApiException as exc:
+                if exc.status == 409:
+                    return False
+                raise
+
+        created = await asyncio.to_thread(run)
+        if created:
+            log.info("Created %s %s/%s", kind, ns, body["metadata"]["name"])
+        return created
+
+    async def replace_config_map(self, body: dict[str, Any]) -> None:
+        """Create or replace a ConfigMap (the recommendation changes when the decision is re-made)."""
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+
+        def run() -> None:
+            try:
+                self.core.create_namespaced_config_map(ns, body, _preload_content=False)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                self.core.replace_namespaced_config_map(name, ns, body, _preload_content=False)
+
+        await asyncio.to_thread(run)
+
+    async def delete_by_labels(self, namespace: str, labels: dict[str, str], kinds: tuple[str, ...], keep: set[str] | None = None) -> int:
+        """Delete children matching ``labels`` (Background propagation: pods go with their owners)."""
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        body = client.V1DeleteOptions(propagation_policy="Background")
+        listing = {
+            "deployments": (self.apps.list_namespaced_deployment, self.apps.delete_namespaced_deployment),
+            "services": (self.core.list_namespaced_service, self.core.delete_namespaced_service),
+            "jobs": (self.batch.list_namespaced_job, self.batch.delete_namespaced_job),
+            "configmaps": (self.core.list_namespaced_config_map, self.core.delete_namespaced_config_map),
+        }
+
+        def run() -> int:
+            deleted = 0
+            for kind in kinds:
+                list_fn, delete_fn = listing[kind]
+                for item in list_fn(namespace, label_selector=selector).items:
+                    name = item.metadata.name
+                    if keep and name in keep:
+                        continue
+                    if item.metadata.deletion_timestamp:
+                        continue
+                    try:
+                        delete_fn(name, namespace, body=body)
+                        deleted += 1
+                    except ApiException as exc:
+                        if exc.status != 404:
+                            raise
+            return deleted
+
+        count = await asyncio.to_thread(run)
+        if count:
+            log.info("Deleted %d object(s) in %s matching %s", count, namespace, selector)
+        return count
+
+    async def delete_tier(self, experiment: str, namespace: str, tier: Tier, keep_engine: bool = False) -> int:
+        labels = {naming.LABEL_EXPERIMENT: naming.experiment_label_value(experiment), naming.LABEL_TIER: tier.name}
+        kinds = ("jobs",) if keep_engine else ("deployments", "services", "jobs")
+        return await self.delete_by_labels(namespace, labels, kinds)
+
+    async def delete_all(self, experiment: str, namespace: str, keep_tier: Tier | None = None) -> int:
+        labels = {naming.LABEL_EXPERIMENT: naming.experiment_label_value(experiment)}
+        keep = {naming.engine_name(experiment, keep_tier)} if keep_tier else None
+        return await self.delete_by_labels(namespace, labels, ("deployments", "services", "jobs"), keep=keep)
+
+    async def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """Merge-patch the experiment's status subresource."""
+
+        def run() -> None:
+            self.custom.patch_namespaced_custom_object_status(
+                naming.GROUP, naming.VERSION, namespace, naming.PLURAL, name, {"status": patch}, _preload_content=False
+            )
+
+        await asyncio.to_thread(run)
+
+    async def post_event(self, involved: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
+        """Post a core/v1 Event on the experiment. Failures are logged, never fatal."""
+        meta = involved["metadata"]
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": naming.API_VERSION,
+                "kind": naming.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": self.component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": self.component,
+            "reportingInstance": self.component,
+        }
+
+        def run() -> None:
+            try:
+                self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+            except ApiException as exc:
+                log.warning("Could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc.reason)
+
+        await asyncio.to_thread(run)

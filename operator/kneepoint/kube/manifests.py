@@ -1,0 +1,431 @@
+"""Pure builders for every object the operator creates: plain dicts, no API calls.
+
+Keeping these pure (like KubeSpawner's ``objects.py``) makes them testable against exact
+expected YAML and keeps the Kubernetes client confined to ``child_writer``. The owner
+reference is passed in explicitly so that every child is garbage-collected with its
+experiment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kneepoint.core.apifields import to_json
+from kneepoint.core.spec import ExperimentSpec
+from kneepoint.core.status import Decision
+from kneepoint.core.tiers import Tier
+from kneepoint.kube import naming
+
+ENGINE_CONTAINER = "engine"
+ENGINE_PORT_NAME = "http"
+LOADGEN_CONTAINER = "loadgen"
+MODELS_MOUNT = "/models"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The experiment that owns a child (for ownerReferences and labels)."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": naming.API_VERSION,
+            "kind": naming.KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Operator-wide settings the builders need (images, defaults)."""
+
+    operator_image: str = "ghcr.io/kneepoint/kneepoint:0.1.0"
+    """Image with the kneepoint package: runs load tests and the simulator."""
+    architecture_json: str | None = None
+    """The resolved model architecture (preset name or JSON), passed to simulators."""
+    gpu_product: str | None = None
+    """GPU product label the experiment runs on (node selector, and the simulator's --gpu)."""
+    require_nvlink: bool = True
+    """Whether TP groups must sit inside one NVLink domain (False on PCIe-only fleets)."""
+
+
+def model_reference(spec: ExperimentSpec) -> str:
+    """What vLLM's --model receives: an org/name hub id, or a path under the PVC mount."""
+    uri = spec.model.uri
+    if uri.startswith("hf://"):
+        return uri[len("hf://") :]
+    if uri.startswith("pvc://"):
+        _claim, _, path = uri[len("pvc://") :].partition("/")
+        return f"{MODELS_MOUNT}/{path}".rstrip("/")
+    return uri[len("sim://") :] if uri.startswith("sim://") else uri
+
+
+def vllm_args(spec: ExperimentSpec, tier: Tier) -> list[str]:
+    """vLLM server flags; only TP/PP differ between tiers."""
+    args = [
+        "--model",
+        model_reference(spec),
+        "--served-model-name",
+        spec.served_model_name,
+        "--tensor-parallel-size",
+        str(tier.tensor_parallel),
+        "--pipeline-parallel-size",
+        str(tier.pipeline_parallel),
+        "--max-num-seqs",
+        str(spec.max_num_seqs),
+        "--max-model-len",
+        str(spec.model.max_model_len),
+        "--gpu-memory-utilization",
+        f"{spec.engine.gpu_memory_utilization:g}",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(spec.engine.port),
+    ]
+    dtype = spec.model.dtype
+    if dtype in ("bfloat16", "float16", "float32"):
+        args += ["--dtype", dtype]
+    elif dtype == "fp8":
+        args += ["--quantization", "fp8"]
+    # int8/int4: a pre-quantized checkpoint carries its own quantization config.
+    if spec.model.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", spec.model.kv_cache_dtype]
+    if spec.engine.enforce_eager:
+        args.append("--enforce-eager")
+    args += list(spec.engine.extra_args)
+    return args
+
+
+def _engine_env(spec: ExperimentSpec, ctx: BuildContext) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "CONTAINER_NAME", "value": ENGINE_CONTAINER},
+    ]
+    if ctx.architecture_json:
+        env.append({"name": "KNEEPOINT_SIM_ARCHITECTURE", "value": ctx.architecture_json})
+    secret = spec.model.hub_token_secret_ref
+    if secret is not None:
+        # The token reaches the engine by reference only; the operator never reads it.
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}})
+    env += [{"name": e.name, "value": e.value} for e in spec.engine.env]
+    return env
+
+
+def _node_affinity(tier: Tier, ctx: BuildContext, preferred_node: str | None) -> dict[str, Any] | None:
+    required = []
+    if ctx.require_nvlink and tier.tensor_parallel > 1:
+        # The TP group must sit inside one NVLink domain at least TP GPUs large.
+        required.append(
+            {"key": naming.NODE_NVLINK_DOMAIN_SIZE, "operator": "Gt", "values": [str(tier.tensor_parallel - 1)]}
+        )
+    affinity: dict[str, Any] = {}
+    if required:
+        affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [{"matchExpressions": required}]}
+    if preferred_node:
+        affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": 100, "preference": {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [preferred_node]}]}}
+        ]
+    return {"nodeAffinity": affinity} if affinity else None
+
+
+def build_engine_deployment(
+    spec: ExperimentSpec,
+    owner: Owner,
+    tier: Tier,
+    ctx: BuildContext,
+    preferred_node: str | None = None,
+    interconnect: str | None = None,
+) -> dict[str, Any]:
+    """The tier's engine: vLLM on TP x PP GPUs of one node (Measure) or the simulator on CPU (Simulate)."""
+    name = naming.engine_name(owner.name, tier)
+    labels = naming.child_labels(owner.name, tier, naming.ROLE_ENGINE)
+    simulate = spec.mode == "Simulate"
+    gpus = tier.gpus
+    container: dict[str, Any] = {
+        "name": ENGINE_CONTAINER,
+        "ports": [{"name": ENGINE_PORT_NAME, "containerPort": spec.engine.port, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": ENGINE_PORT_NAME},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+            "timeoutSeconds": 3,
+        },
+        "env": _engine_env(spec, ctx),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    if simulate:
+        sim_args = vllm_args(spec, tier) + ["--noise", f"{spec.simulation.noise_fraction:g}"]
+        if ctx.gpu_product:
+            sim_args += ["--gpu", ctx.gpu_product]
+        chosen = spec.simulation.interconnect if spec.simulation.interconnect != "auto" else interconnect
+        if chosen in ("nvlink", "pcie"):
+            sim_args += ["--interconnect", chosen]
+        container.update(
+            {
+                "image": spec.simulation.image or ctx.operator_image,
+                "command": ["kneepoint", "sim"],
+                "args": sim_args,
+                "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+                "securityContext": _restricted_security_context(),
+            }
+        )
+    else:
+        container.update(
+            {
+                "image": spec.engine.image,
+                "args": vllm_args(spec, tier),
+                "resources": {
+                    "requests": {spec.placement.gpu_resource: str(gpus)},
+                    "limits": {spec.placement.gpu_resource: str(gpus)},
+                },
+            }
+        )
+    if spec.model.uri.startswith("pvc://"):
+        claim = spec.model.uri[len("pvc://") :].partition("/")[0]
+        volumes.append({"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+        container["volumeMounts"].append({"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True})
+
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": 30,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+    }
+    if not simulate:
+        selector = dict(spec.placement.node_selector)
+        if ctx.gpu_product:
+            selector.setdefault(naming.NODE_GPU_PRODUCT, ctx.gpu_product)
+        if selector:
+            pod_spec["nodeSelector"] = selector
+        affinity = _node_affinity(tier, ctx, preferred_node)
+        if affinity:
+            pod_spec["affinity"] = affinity
+    tolerations = [to_json(t) for t in spec.placement.tolerations]
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": owner.namespace,
+            "labels": labels,
+            "ownerReferences": [owner.reference()],
+            "annotations": {"kneepoint.io/mode": spec.mode},
+        },
+        "spec": {
+            "replicas": 1,
+            # Recreate: never two engines of one tier at once (they would share GPUs and metrics).
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(spec.engine.port),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def build_engine_service(spec: ExperimentSpec, owner: Owner, tier: Tier) -> dict[str, Any]:
+    """ClusterIP Service in front of the tier's engine pod; the load generator targets its DNS name."""
+    labels = naming.child_labels(owner.name, tier, naming.ROLE_ENGINE)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": naming.engine_name(owner.name, tier),
+            "namespace": owner.namespace,
+            "labels": labels,
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": labels,
+            "ports": [{"name": ENGINE_PORT_NAME, "port": spec.engine.port, "targetPort": ENGINE_PORT_NAME, "protocol": "TCP"}],
+        },
+    }
+
+
+def _restricted_security_context() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def loadgen_args(spec: ExperimentSpec, owner: Owner, tier: Tier) -> list[str]:
+    """The load generator's flags: the same workload for every tier (only the endpoint differs)."""
+    return [
+        "--endpoint",
+        f"http://{naming.service_host(owner.name, tier, owner.namespace)}:{spec.engine.port}",
+        "--model",
+        spec.served_model_name,
+        "--api",
+        "chat" if spec.load.endpoint == "ChatCompletions" else "completions",
+        "--concurrency",
+        str(spec.load.concurrency),
+        "--num-requests",
+        str(spec.load.num_requests),
+        "--input-len",
+        str(spec.load.input_len),
+        "--output-len",
+        str(spec.load.output_len),
+        "--seed",
+        str(spec.load.seed),
+        "--warmup-requests",
+        str(spec.load.warmup_requests),
+        "--repeats",
+        str(spec.load.repeats),
+        "--max-error-fraction",
+        "1.0",  # the operator judges the error fraction itself (load.maxErrorFraction), with retries
+        "--no-progress",
+    ]
+
+
+def build_load_test_job(spec: ExperimentSpec, owner: Owner, tier: Tier, attempt: int, ctx: BuildContext) -> dict[str, Any]:
+    """One load-test attempt: a Job whose pod writes its summary to the termination message."""
+    labels = naming.child_labels(owner.name, tier, naming.ROLE_LOADTEST)
+    labels[naming.LABEL_ATTEMPT] = str(attempt)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": naming.load_test_name(owner.name, tier, attempt),
+            "namespace": owner.namespace,
+            "labels": labels,
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            # Retries are the operator's (load.maxAttempts), each a new Job, so each attempt's
+            # summary stays readable.
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": spec.budget.load_test_timeout_seconds,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "containers": [
+                        {
+                            "name": LOADGEN_CONTAINER,
+                            "image": ctx.operator_image,
+                            "command": ["kneepoint", "loadgen"],
+                            "args": loadgen_args(spec, owner, tier),
+                            "terminationMessagePath": "/dev/termination-log",
+                            "terminationMessagePolicy": "File",
+                            "resources": {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+                            "securityContext": _restricted_security_context(),
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def build_inference_service(spec: ExperimentSpec, owner: Owner, decision: Decision) -> dict[str, Any]:
+    """KServe InferenceService for the decided tier, with autoscaling bounds from the decision.
+
+    Knative-mode autoscaling on concurrency: scaleTarget is the per-replica concurrency that
+    met the SLO, maxReplicas the replica count the peak needs (redundancy included).
+    """
+    tier = Tier(decision.tensor_parallel, decision.pipeline_parallel)
+    args = [
+        f"--model_name={spec.served_model_name}",
+        f"--tensor-parallel-size={tier.tensor_parallel}",
+        f"--pipeline-parallel-size={tier.pipeline_parallel}",
+        f"--max-num-seqs={spec.max_num_seqs}",
+        f"--max-model-len={spec.model.max_model_len}",
+        f"--gpu-memory-utilization={spec.engine.gpu_memory_utilization:g}",
+    ]
+    if spec.model.dtype in ("bfloat16", "float16", "float32"):
+        args.append(f"--dtype={spec.model.dtype}")
+    elif spec.model.dtype == "fp8":
+        args.append("--quantization=fp8")
+    target = decision.per_replica_concurrency or spec.load.concurrency
+    gpus = str(tier.gpus)
+    predictor: dict[str, Any] = {
+        "minReplicas": min(spec.capacity.min_replicas, decision.replicas),
+        "maxReplicas": decision.replicas,
+        "scaleMetric": "concurrency",
+        "scaleTarget": target,
+        "containerConcurrency": spec.max_num_seqs,
+        "model": {
+            "modelFormat": {"name": "huggingface"},
+            "storageUri": spec.model.uri.replace("pvc://", "pvc://", 1),
+            "args": args,
+            "resources": {"requests": {spec.placement.gpu_resource: gpus}, "limits": {spec.placement.gpu_resource: gpus}},
+        },
+    }
+    if spec.placement.node_selector or spec.placement.gpu_product:
+        selector = dict(spec.placement.node_selector)
+        if spec.placement.gpu_product:
+            selector.setdefault(naming.NODE_GPU_PRODUCT, spec.placement.gpu_product)
+        predictor["nodeSelector"] = selector
+    if tier.pipeline_parallel > 1:
+        # KServe multi-node serving: TP GPUs per node, PP nodes.
+        predictor["workerSpec"] = {"tensorParallelSize": tier.tensor_parallel, "pipelineParallelSize": tier.pipeline_parallel}
+        predictor["model"]["resources"] = {
+            "requests": {spec.placement.gpu_resource: str(tier.tensor_parallel)},
+            "limits": {spec.placement.gpu_resource: str(tier.tensor_parallel)},
+        }
+    annotations = {
+        "serving.kserve.io/deploymentMode": "Knative",
+        "kneepoint.io/decided-by": f"{owner.namespace}/{owner.name}",
+        "kneepoint.io/rule": decision.rule,
+    }
+    if decision.simulated:
+        annotations["kneepoint.io/simulated"] = "true"
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": spec.served_model_name.lower().replace(".", "-").replace("_", "-")[:63].strip("-"), "annotations": annotations},
+        "spec": {"predictor": predictor},
+    }
+
+
+def build_recommendation_configmap(spec: ExperimentSpec, owner: Owner, decision: Decision, isvc_yaml: str) -> dict[str, Any]:
+    """ConfigMap named in status.recommendation, holding the InferenceService and the decision."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": naming.recommendation_name(owner.name),
+            "namespace": owner.namespace,
+            "labels": naming.child_labels(owner.name, None, naming.ROLE_RECOMMENDATION),
+            "ownerReferences": [owner.reference()],
+        },
+        "data": {
+            "inferenceservice.yaml": isvc_yaml,
+            "decision.json": json.dumps(to_json(decision), indent=2, sort_keys=True),
+        },
+    }
+
+
+def max_replicas(decision: Decision) -> int:
+    return max(1, math.ceil(decision.replicas))

@@ -1,0 +1,175 @@
+"""Pure readings of pod, Job and node objects (plain dicts as the API returns them).
+
+One function maps an engine's pods to "ready / cannot start, and why" (the way Katib's
+``GetDeployedJobStatus`` maps a job to a state): table-tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping
+
+from kneepoint.core.observations import (
+    START_CONFIG_ERROR,
+    START_CRASH_LOOP,
+    START_IMAGE_PULL,
+    START_OUT_OF_MEMORY,
+    START_UNSCHEDULABLE,
+    DomainCapacity,
+    EngineState,
+    FleetView,
+)
+from kneepoint.kube import naming
+
+# vLLM's own words when the model does not fit (REFERENCE.md section 2, and the simulator's copy).
+_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "No available memory for the cache blocks", "OOMKilled")
+
+
+def _get(obj: Mapping[str, Any] | None, *path: str, default: Any = None) -> Any:
+    cur: Any = obj
+    for key in path:
+        if not isinstance(cur, Mapping):
+            return default
+        cur = cur.get(key)
+    return default if cur is None else cur
+
+
+def _is_oom(*texts: str | None) -> bool:
+    return any(t and any(m in t for m in _OOM_MARKERS) for t in texts)
+
+
+def engine_state(deployment: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) -> EngineState:
+    """Whether the tier's engine is Ready, or why it cannot start."""
+    if deployment is None:
+        return EngineState(exists=False)
+    pods = [p for p in pods if not _get(p, "metadata", "deletionTimestamp")]
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for p in pods for c in _get(p, "status", "conditions", default=[])
+    )
+    node = next((_get(p, "spec", "nodeName") for p in pods if _get(p, "spec", "nodeName")), None)
+    if ready:
+        return EngineState(exists=True, ready=True, node_name=node)
+    failure, message, restarts = None, None, 0
+    for pod in pods:
+        for cond in _get(pod, "status", "conditions", default=[]):
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+                failure, message = START_UNSCHEDULABLE, cond.get("message")
+        for cs in _get(pod, "status", "containerStatuses", default=[]):
+            restarts = max(restarts, int(cs.get("restartCount") or 0))
+            waiting = _get(cs, "state", "waiting", default={})
+            terminated = _get(cs, "state", "terminated", default={})
+            last = _get(cs, "lastState", "terminated", default={})
+            if _is_oom(terminated.get("reason"), terminated.get("message"), last.get("reason"), last.get("message")):
+                failure = START_OUT_OF_MEMORY
+                message = (terminated.get("message") or last.get("message") or terminated.get("reason") or last.get("reason") or "").strip()
+            elif waiting.get("reason") in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
+                failure, message = START_IMAGE_PULL, waiting.get("message") or waiting.get("reason")
+            elif waiting.get("reason") == "CreateContainerConfigError":
+                failure, message = START_CONFIG_ERROR, waiting.get("message")
+            elif waiting.get("reason") == "CrashLoopBackOff" and failure != START_OUT_OF_MEMORY:
+                failure = START_CRASH_LOOP
+                message = (last.get("message") or waiting.get("message") or "").strip()[-500:]
+    return EngineState(exists=True, ready=False, node_name=node, start_failure=failure, failure_message=message, restarts=restarts)
+
+
+def job_outcome(job: Mapping[str, Any] | None) -> tuple[bool, bool, str | None]:
+    """(succeeded, failed, message) from a Job's conditions."""
+    if job is None:
+        return False, False, None
+    for cond in _get(job, "status", "conditions", default=[]):
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") == "Complete":
+            return True, False, None
+        if cond.get("type") == "Failed":
+            return False, True, f"{cond.get('reason', 'Failed')}: {cond.get('message', '')}".strip(": ")
+    if _get(job, "status", "succeeded", default=0) >= 1:
+        return True, False, None
+    return False, False, None
+
+
+def termination_message(pods: Iterable[Mapping[str, Any]], container: str) -> str | None:
+    """The termination message of ``container`` in the most recent terminated pod."""
+    best: tuple[str, str] | None = None
+    for pod in pods:
+        for cs in _get(pod, "status", "containerStatuses", default=[]):
+            if cs.get("name") != container:
+                continue
+            term = _get(cs, "state", "terminated")
+            if term and term.get("message"):
+                stamp = term.get("finishedAt") or ""
+                if best is None or stamp > best[0]:
+                    best = (stamp, term["message"])
+    return best[1] if best else None
+
+
+def parse_summary(message: str | None) -> dict[str, Any] | None:
+    """The load generator's summary (CONTRACTS A) from a termination message, or None."""
+    if not message:
+        return None
+    try:
+        data = json.loads(message)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and data.get("v") == 1 else None
+
+
+def _gpu_quantity(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def fleet_view(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    gpu_resource: str,
+    gpu_product: str | None,
+    node_selector: Mapping[str, str],
+    reserved: Mapping[str, int] | None = None,
+) -> FleetView:
+    """Free GPUs per node for the experiment's product and selector.
+
+    ``reserved`` holds GPUs promised to engines created a moment ago whose pods the API
+    does not show yet, so two passes in quick succession never promise the same GPUs twice.
+    """
+    used: dict[str, int] = {}
+    for pod in pods:
+        node = _get(pod, "spec", "nodeName")
+        if not node or _get(pod, "status", "phase") in ("Succeeded", "Failed"):
+            continue
+        for c in _get(pod, "spec", "containers", default=[]):
+            req = _get(c, "resources", "requests", default={}).get(gpu_resource) or _get(c, "resources", "limits", default={}).get(gpu_resource)
+            used[node] = used.get(node, 0) + _gpu_quantity(req)
+    domains = []
+    for node in nodes:
+        labels = _get(node, "metadata", "labels", default={})
+        name = _get(node, "metadata", "name")
+        if _get(node, "spec", "unschedulable"):
+            continue
+        if any(labels.get(k) != v for k, v in node_selector.items()):
+            continue
+        product = labels.get(naming.NODE_GPU_PRODUCT) or labels.get(naming.NODE_PROBE_GPU_PRODUCT) or ""
+        if gpu_product and product != gpu_product:
+            continue
+        total = _gpu_quantity(_get(node, "status", "allocatable", default={}).get(gpu_resource))
+        if total <= 0:
+            continue
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in _get(node, "status", "conditions", default=[]))
+        if not ready:
+            continue
+        size = _gpu_quantity(labels.get(naming.NODE_NVLINK_DOMAIN_SIZE)) or 1
+        free = total - used.get(name, 0) - (reserved or {}).get(name, 0)
+        domains.append(
+            DomainCapacity(
+                node_name=name,
+                gpu_product=product,
+                gpus_total=total,
+                gpus_free=max(0, free),
+                nvlink_domain=labels.get(naming.NODE_NVLINK_DOMAIN),
+                nvlink_domain_size=size,
+                interconnect=labels.get(naming.NODE_INTERCONNECT) or ("nvlink" if size > 1 else "pcie"),
+            )
+        )
+    return FleetView(tuple(sorted(domains, key=lambda d: d.node_name)))

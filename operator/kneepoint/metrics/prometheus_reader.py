@@ -1,0 +1,71 @@
+"""Runs the tier-window queries against Prometheus (prometheus-api-client) -> MetricWindow."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from prometheus_api_client import PrometheusConnect
+
+from kneepoint.core.observations import MetricWindow
+from kneepoint.metrics import promql
+
+log = logging.getLogger("kneepoint.metrics")
+MIB = 1024**2
+GIB = 1024**3
+
+
+def _scalar(result: list[dict[str, Any]]) -> float | None:
+    """First sample value of an instant-vector result, or None when there is no series."""
+    for series in result:
+        value = series.get("value")
+        if value and len(value) == 2:
+            try:
+                return float(value[1])
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+class PrometheusReader:
+    """One reader per Prometheus URL."""
+
+    def __init__(self, url: str, timeout_seconds: float = 10.0, scrape_interval_seconds: float = 15.0):
+        self.url = url
+        self.timeout = timeout_seconds
+        self.scrape_interval = scrape_interval_seconds
+        self._prom = PrometheusConnect(url=url, disable_ssl=True, retry=None)
+
+    def _query(self, expr: str, at: float) -> list[dict[str, Any]]:
+        return self._prom.custom_query(query=expr, params={"time": f"{at:.3f}", "timeout": f"{self.timeout:.0f}s"})
+
+    async def window(self, namespace: str, pod_prefix: str, start: float, end: float) -> MetricWindow:
+        """Query every tier metric over [start, end]; never raises (errors land in ``error``)."""
+        seconds = promql.range_seconds(start, end, self.scrape_interval)
+        queries = promql.window_queries(namespace, pod_prefix, seconds)
+        values: dict[str, float | None] = {}
+        try:
+            for q in queries:
+                values[q.name] = _scalar(await asyncio.to_thread(self._query, q.expr, end))
+        except Exception as exc:  # connection refused, timeouts, HTTP errors: all mean "not now"
+            log.warning("Prometheus at %s failed: %s", self.url, exc)
+            return MetricWindow(error=f"{type(exc).__name__}: {exc}"[:300])
+        # The comm-fraction gauge exists only where something exports it (the simulator), and
+        # NVLink byte counters are not in dcgm-exporter's default CSV: their absence is
+        # reported per tier but never delays the ladder.
+        optional = (promql.COMM_FRACTION, promql.NVLINK_TX)
+        required = [n for n in values if n not in optional]
+        missing = tuple(n for n in required if values[n] is None)
+        fb = values[promql.FB_USED]
+        util = values[promql.GPU_UTIL]
+        pre = values[promql.PREEMPTIONS]
+        return MetricWindow(
+            peak_fb_used_gib=fb * MIB / GIB if fb is not None else None,
+            peak_kv_cache_usage=values[promql.KV_USAGE],
+            preemptions=int(round(pre)) if pre is not None else None,
+            gpu_utilization=util / 100.0 if util is not None else None,
+            nvlink_bytes_per_second=values[promql.NVLINK_TX],
+            comm_fraction=values[promql.COMM_FRACTION],
+            missing=missing,
+        )

@@ -1,0 +1,64 @@
+"""PromQL for one tier's load-test window (pure text; no client import).
+
+Selectors match the engine pod both by the target labels Prometheus' Kubernetes service
+discovery attaches (``namespace``, ``pod``) and by the labels dcgm-exporter writes itself,
+which a ServiceMonitor with ``honorLabels: false`` renames to ``exported_namespace`` /
+``exported_pod`` (REFERENCE.md section 4). Each query is an instant query evaluated at the
+window's end over a range equal to the window, so ``max_over_time`` sees the whole test.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+# Metric names (kept in one place; the simulator exports the same names).
+FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
+NVLINK_TX = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # bytes/s
+KV_USAGE = "vllm:kv_cache_usage_perc"  # fraction 0-1
+PREEMPTIONS = "vllm:num_preemptions_total"  # counter
+COMM_FRACTION = "kneepoint_sim_comm_fraction"  # simulator-only gauge (CONTRACTS C)
+
+
+@dataclass(frozen=True)
+class WindowQuery:
+    name: str
+    """Metric the query is about (reported as missing when it returns no series)."""
+    expr: str
+
+
+def range_seconds(start: float, end: float, scrape_interval: float) -> int:
+    """Window length for range selectors: at least two scrape intervals so short tests see samples."""
+    return int(max(math.ceil(end - start), math.ceil(2 * scrape_interval), 1))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def pod_selectors(namespace: str, pod_prefix: str) -> tuple[str, str]:
+    """Label matchers for the engine's pods: (service-discovery labels, dcgm-exporter labels)."""
+    ns = _escape(namespace)
+    pod = _escape(re.escape(pod_prefix)) + "-.*"
+    return f'namespace="{ns}",pod=~"{pod}"', f'exported_namespace="{ns}",exported_pod=~"{pod}"'
+
+
+def _both(metric: str, inner: str, sel: tuple[str, str]) -> str:
+    a, b = sel
+    return f"({inner.format(m=f'{metric}{{{a}}}')}) or ({inner.format(m=f'{metric}{{{b}}}')})"
+
+
+def window_queries(namespace: str, pod_prefix: str, seconds: int) -> list[WindowQuery]:
+    """The queries the operator runs for one tier."""
+    sel = pod_selectors(namespace, pod_prefix)
+    r = f"[{seconds}s]"
+    return [
+        WindowQuery(FB_USED, f"max({_both(FB_USED, 'max_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(KV_USAGE, f"max({_both(KV_USAGE, 'max_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(PREEMPTIONS, f"sum({_both(PREEMPTIONS, 'increase({m}' + r + ')', sel)})"),
+        WindowQuery(GPU_UTIL, f"avg({_both(GPU_UTIL, 'avg_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(NVLINK_TX, f"avg({_both(NVLINK_TX, 'avg_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(COMM_FRACTION, f"avg({_both(COMM_FRACTION, 'avg_over_time({m}' + r + ')', sel)})"),
+    ]

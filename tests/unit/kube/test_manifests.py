@@ -1,0 +1,111 @@
+"""The builders' output, field by field: what a user would check in `kubectl get -o yaml`."""
+
+from kneepoint.core.spec import parse_spec
+from kneepoint.core.status import Decision
+from kneepoint.core.tiers import Tier
+from kneepoint.kube import manifests, naming
+
+OWNER = manifests.Owner("llama8b", "team-a", "uid-1")
+CTX = manifests.BuildContext(operator_image="ghcr.io/kneepoint/kneepoint:test", architecture_json="llama-3-8b", gpu_product="NVIDIA-H200")
+
+
+def spec(**over):
+    base = {
+        "model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "architecture": {"preset": "llama-3-8b"}, "hubTokenSecretRef": {"name": "hf", "key": "token"}},
+        "load": {"concurrency": 16},
+        "placement": {"gpuProduct": "NVIDIA-H200", "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+    }
+    base.update(over)
+    return parse_spec(base)
+
+
+def test_engine_deployment_measure_mode():
+    d = manifests.build_engine_deployment(spec(), OWNER, Tier(4, 1), CTX, preferred_node="h200-1")
+    assert d["metadata"]["name"] == "llama8b-tp4-pp1"
+    assert d["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment", "name": "llama8b", "uid": "uid-1", "controller": True, "blockOwnerDeletion": True,
+    }
+    pod = d["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["image"] == "vllm/vllm-openai:v0.33.0"
+    args = c["args"]
+    assert args[args.index("--tensor-parallel-size") + 1] == "4"
+    assert args[args.index("--pipeline-parallel-size") + 1] == "1"
+    assert args[args.index("--max-num-seqs") + 1] == "16"  # defaults to load.concurrency
+    assert args[args.index("--model") + 1] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert args[args.index("--dtype") + 1] == "bfloat16"
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    req = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
+    assert req == [{"key": "kneepoint.io/nvlink-domain-size", "operator": "Gt", "values": ["3"]}]
+    assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    hf = next(e for e in c["env"] if e["name"] == "HF_TOKEN")
+    assert hf == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    assert d["spec"]["selector"]["matchLabels"][naming.LABEL_ROLE] == "engine"
+
+
+def test_tp1_has_no_nvlink_requirement_and_pcie_fleets_skip_it():
+    d = manifests.build_engine_deployment(spec(), OWNER, Tier(1, 1), CTX)
+    assert "affinity" not in d["spec"]["template"]["spec"]
+    pcie = manifests.BuildContext(gpu_product="NVIDIA-L40S", require_nvlink=False)
+    d = manifests.build_engine_deployment(spec(), OWNER, Tier(2, 1), pcie)
+    assert "affinity" not in d["spec"]["template"]["spec"]
+
+
+def test_simulate_mode_runs_the_simulator_without_gpus():
+    s = spec(mode="Simulate", simulation={"interconnect": "pcie"})
+    d = manifests.build_engine_deployment(s, OWNER, Tier(2, 1), CTX)
+    (c,) = d["spec"]["template"]["spec"]["containers"]
+    assert c["command"] == ["kneepoint", "sim"] and c["image"] == "ghcr.io/kneepoint/kneepoint:test"
+    assert "nvidia.com/gpu" not in str(c["resources"])
+    assert c["args"][c["args"].index("--interconnect") + 1] == "pcie"
+    assert c["args"][c["args"].index("--gpu") + 1] == "NVIDIA-H200"
+    assert c["securityContext"]["runAsNonRoot"] is True
+    assert "nodeSelector" not in d["spec"]["template"]["spec"]
+
+
+def test_pvc_model_is_mounted_read_only():
+    s = spec(model={"uri": "pvc://models/llama/8b", "architecture": {"preset": "llama-3-8b"}})
+    d = manifests.build_engine_deployment(s, OWNER, Tier(1, 1), CTX)
+    pod = d["spec"]["template"]["spec"]
+    assert {"name": "models", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}} in pod["volumes"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--model") + 1] == "/models/llama/8b"
+
+
+def test_service_and_job():
+    s = spec()
+    svc = manifests.build_engine_service(s, OWNER, Tier(2, 1))
+    assert svc["spec"]["selector"][naming.LABEL_TIER] == "tp2-pp1"
+    job = manifests.build_load_test_job(s, OWNER, Tier(2, 1), 3, CTX)
+    assert job["metadata"]["name"] == "llama8b-tp2-pp1-load3"
+    assert job["spec"]["backoffLimit"] == 0
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    assert c["command"] == ["kneepoint", "loadgen"]
+    assert c["args"][c["args"].index("--endpoint") + 1] == "http://llama8b-tp2-pp1.team-a.svc.cluster.local:8000"
+    assert c["args"][c["args"].index("--concurrency") + 1] == "16"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_inference_service_bounds():
+    s = spec(capacity={"minReplicas": 2, "peakConcurrency": 500})
+    d = Decision(tensor_parallel=2, pipeline_parallel=1, gpus_per_replica=2, replicas=21, rule="throughput-gain", per_replica_concurrency=32)
+    isvc = manifests.build_inference_service(s, OWNER, d)
+    p = isvc["spec"]["predictor"]
+    assert (p["minReplicas"], p["maxReplicas"], p["scaleMetric"], p["scaleTarget"]) == (2, 21, "concurrency", 32)
+    assert p["model"]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert "--tensor-parallel-size=2" in p["model"]["args"]
+    multi = manifests.build_inference_service(s, OWNER, Decision(tensor_parallel=8, pipeline_parallel=2, gpus_per_replica=16, replicas=2))
+    assert multi["spec"]["predictor"]["workerSpec"] == {"tensorParallelSize": 8, "pipelineParallelSize": 2}
+
+
+def test_names_are_dns_labels_and_stable():
+    long = "a" * 80
+    name = naming.engine_name(long, Tier(8, 2))
+    assert len(name) <= 63 and name.endswith("-tp8-pp2")
+    assert name == naming.engine_name(long, Tier(8, 2))
+    assert naming.engine_name(long, Tier(8, 2)) != naming.engine_name("b" * 80, Tier(8, 2))
+    assert len(naming.load_test_name(long, Tier(8, 2), 10)) <= 63

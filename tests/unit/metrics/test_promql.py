@@ -1,0 +1,20 @@
+from kneepoint.metrics import promql
+
+
+def test_window_queries_select_the_engine_pods_both_ways():
+    queries = {q.name: q.expr for q in promql.window_queries("team-a", "exp-tp2-pp1", 95)}
+    assert set(queries) == {promql.FB_USED, promql.KV_USAGE, promql.PREEMPTIONS, promql.GPU_UTIL, promql.NVLINK_TX, promql.COMM_FRACTION}
+    fb = queries[promql.FB_USED]
+    assert 'namespace="team-a"' in fb and 'exported_namespace="team-a"' in fb
+    assert "max_over_time(DCGM_FI_DEV_FB_USED{" in fb and "[95s]" in fb
+    assert queries[promql.PREEMPTIONS].startswith("sum(") and "increase(vllm:num_preemptions_total{" in queries[promql.PREEMPTIONS]
+
+
+def test_range_covers_two_scrapes_for_short_windows():
+    assert promql.range_seconds(100.0, 103.0, 15.0) == 30
+    assert promql.range_seconds(100.0, 400.2, 15.0) == 301
+
+
+def test_label_values_are_escaped():
+    a, b = promql.pod_selectors('we"ird', "p")
+    assert 'namespace="we\\"ird"' in a
