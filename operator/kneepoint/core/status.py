@@ -130,7 +130,9 @@ class Decision:
     classification: str = api_field("single-gpu-enough, does-not-fit or cannot-keep-up.", default="single-gpu-enough", enum=CLASSIFICATIONS)
     per_replica_concurrency: int | None = api_field("Concurrency one replica serves within the SLO.", default=None)
     per_replica_concurrency_source: str | None = api_field(
-        "measured (the tier met the SLO at the load-test concurrency) or estimated (scaled down from it).", default=None
+        "measured (the tier met the SLO at the load-test concurrency, or no SLO is set), estimated (it missed: scaled down "
+        "by the worst slo/measured ratio) or unchecked (an objective is set but the tier lacks its figure).",
+        default=None
     )
     slo_met: bool | None = api_field("Whether the decided tier met the SLO at the load-test concurrency.", default=None)
     cost_per_million_tokens: float | None = api_field("GPU cost per million output tokens at the decided tier.", default=None)
