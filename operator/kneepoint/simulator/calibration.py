@@ -1,0 +1,178 @@
+"""Calibration constants of the simulator's performance model, read from one data file.
+
+The numbers live in ``kneepoint/data/simulator_calibration.json`` (fitted to the H200
+measurements by :mod:`kneepoint.simulator.calibration_fit`), never in code, so a refit is a
+data change. Efficiencies are fractions of the GPU catalogue's datasheet figures, which is
+what lets one fit carry over to other GPU types: an H100 gets the same fraction of *its*
+bandwidth and FLOPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from kneepoint.core.catalog_files import load_data_file
+
+CALIBRATION_FILE = "simulator_calibration.json"
+
+
+@dataclass(frozen=True)
+class ComputeCalibration:
+    """How one GPU turns bytes and FLOPs into time for a forward pass."""
+
+    weight_bandwidth_efficiency: float
+    """Fraction of peak HBM bandwidth reached while streaming weights through the GEMMs."""
+    kv_bandwidth_efficiency: float
+    """Fraction of peak HBM bandwidth reached by attention reading the KV cache."""
+    compute_efficiency: float
+    """Fraction of peak dense tensor FLOP/s reached by large GEMMs (prefill)."""
+    roofline_sharpness: float
+    """Exponent k of the smooth roofline (t_w^k + t_c^k)^(1/k); large k is a hard max."""
+    overhead_us_per_layer: float
+    """Fixed cost per decoder layer per step (small kernels: norms, activations, copies)."""
+    overhead_us_per_step: float
+    """Fixed cost per forward pass (embedding, final norm, sampling kernels)."""
+
+
+@dataclass(frozen=True)
+class CollectiveProtocol:
+    """One way NCCL can run a collective; the fastest one wins for each message size."""
+
+    name: str
+    latency_us: float
+    """Latency at 2 ranks."""
+    latency_us_per_extra_rank: float
+    """Added latency for every rank beyond 2 (ring steps)."""
+    bandwidth_efficiency: float
+    """Fraction of the link's one-direction bandwidth this protocol reaches on bus bytes."""
+
+
+@dataclass(frozen=True)
+class LinkCalibration:
+    """Collectives over one kind of link between the GPUs of a replica."""
+
+    protocols: tuple[CollectiveProtocol, ...]
+    shared_bandwidth_gbps: float | None
+    """Bandwidth of a resource all ranks share (host memory on the PCIe path), GB/s; None: none."""
+
+
+@dataclass(frozen=True)
+class EagerCalibration:
+    """Host launch cost when CUDA graphs are off (``--enforce-eager``)."""
+
+    host_us_per_layer_tp1: float
+    host_us_per_layer_tp_many: float
+
+
+@dataclass(frozen=True)
+class PipelineCalibration:
+    """Point-to-point activation transfer between pipeline stages."""
+
+    p2p_latency_us: float
+    inter_node_latency_us: float
+
+
+@dataclass(frozen=True)
+class PowerCalibration:
+    """Board power as a fraction of the catalogue's TDP, idle and fully busy."""
+
+    idle_fraction: float
+    busy_fraction: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Every constant of the performance model."""
+
+    compute: ComputeCalibration
+    links: Mapping[str, LinkCalibration]
+    eager: EagerCalibration
+    pipeline: PipelineCalibration
+    power: PowerCalibration
+
+
+def _protocol(row: Mapping[str, Any]) -> CollectiveProtocol:
+    return CollectiveProtocol(
+        name=str(row["name"]),
+        latency_us=float(row["latencyUs"]),
+        latency_us_per_extra_rank=float(row["latencyUsPerExtraRank"]),
+        bandwidth_efficiency=float(row["bandwidthEfficiency"]),
+    )
+
+
+def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
+    """Build a :class:`Calibration` from the JSON document's shape (camelCase keys)."""
+    c = doc["compute"]
+    links = {
+        name: LinkCalibration(
+            protocols=tuple(_protocol(p) for p in row["protocols"]),
+            shared_bandwidth_gbps=None if row.get("sharedBandwidthGBps") is None else float(row["sharedBandwidthGBps"]),
+        )
+        for name, row in doc["links"].items()
+    }
+    e, p, w = doc["eager"], doc["pipeline"], doc["power"]
+    return Calibration(
+        compute=ComputeCalibration(
+            weight_bandwidth_efficiency=float(c["weightBandwidthEfficiency"]),
+            kv_bandwidth_efficiency=float(c["kvBandwidthEfficiency"]),
+            compute_efficiency=float(c["computeEfficiency"]),
+            roofline_sharpness=float(c["rooflineSharpness"]),
+            overhead_us_per_layer=float(c["overheadUsPerLayer"]),
+            overhead_us_per_step=float(c["overheadUsPerStep"]),
+        ),
+        links=links,
+        eager=EagerCalibration(
+            host_us_per_layer_tp1=float(e["hostUsPerLayerTp1"]),
+            host_us_per_layer_tp_many=float(e["hostUsPerLayerTpMany"]),
+        ),
+        pipeline=PipelineCalibration(
+            p2p_latency_us=float(p["p2pLatencyUs"]),
+            inter_node_latency_us=float(p["interNodeLatencyUs"]),
+        ),
+        power=PowerCalibration(idle_fraction=float(w["idleFraction"]), busy_fraction=float(w["busyFraction"])),
+    )
+
+
+def calibration_to_json(cal: Calibration) -> dict[str, Any]:
+    """Inverse of :func:`calibration_from_json` (used by the fitting tool to write the file)."""
+    c = cal.compute
+    return {
+        "compute": {
+            "weightBandwidthEfficiency": c.weight_bandwidth_efficiency,
+            "kvBandwidthEfficiency": c.kv_bandwidth_efficiency,
+            "computeEfficiency": c.compute_efficiency,
+            "rooflineSharpness": c.roofline_sharpness,
+            "overheadUsPerLayer": c.overhead_us_per_layer,
+            "overheadUsPerStep": c.overhead_us_per_step,
+        },
+        "links": {
+            name: {
+                "protocols": [
+                    {
+                        "name": p.name,
+                        "latencyUs": p.latency_us,
+                        "latencyUsPerExtraRank": p.latency_us_per_extra_rank,
+                        "bandwidthEfficiency": p.bandwidth_efficiency,
+                    }
+                    for p in link.protocols
+                ],
+                "sharedBandwidthGBps": link.shared_bandwidth_gbps,
+            }
+            for name, link in cal.links.items()
+        },
+        "eager": {
+            "hostUsPerLayerTp1": cal.eager.host_us_per_layer_tp1,
+            "hostUsPerLayerTpMany": cal.eager.host_us_per_layer_tp_many,
+        },
+        "pipeline": {
+            "p2pLatencyUs": cal.pipeline.p2p_latency_us,
+            "interNodeLatencyUs": cal.pipeline.inter_node_latency_us,
+        },
+        "power": {"idleFraction": cal.power.idle_fraction, "busyFraction": cal.power.busy_fraction},
+    }
+
+
+def load_calibration() -> Calibration:
+    """The shipped calibration (``kneepoint/data/simulator_calibration.json``)."""
+    return calibration_from_json(load_data_file(CALIBRATION_FILE))

@@ -1,0 +1,300 @@
+"""Roofline step-time model of one engine step of a tensor/pipeline-parallel LLM replica.
+
+One engine step runs a forward pass over every token scheduled in it: one token per
+decoding sequence plus the prompt chunks being prefilled. Per GPU of a pipeline stage the
+step costs
+
+    overhead (per layer and per pass)
+    + smooth_max(weights read / HBM bandwidth, FLOPs / peak FLOP/s)   (the GEMMs: memory- or
+                                                                         compute-bound)
+    + KV cache read / HBM bandwidth                                   (attention)
+    + collectives: two all-reduces per layer at TP > 1, one after the vocabulary-parallel
+      embedding, one gather of the logits, each latency + bus bytes / link bandwidth
+      (NVLink, or PCIe through host memory), the fastest NCCL protocol winning;
+
+and pipeline parallelism runs min(PP, sequences) micro-batches through PP stages with a
+point-to-point hop between stages, idle stage slots being the bubble. Efficiencies and
+overheads come from :mod:`kneepoint.simulator.calibration` (fitted to H200 measurements);
+bandwidths and FLOPs from the GPU catalogue. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kneepoint.core.gpus import GpuType
+from kneepoint.simulator.calibration import Calibration, LinkCalibration
+
+INTERCONNECTS = ("nvlink", "pcie")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The transformer shape the step time depends on (decoder-only, GQA, gated MLP)."""
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    num_experts: int = 0
+    """Routed experts per MoE layer; 0 for a dense model."""
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_experts: int = 0
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        qkv = self.hidden_size * (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim
+        out = self.num_attention_heads * self.head_dim * self.hidden_size
+        return qkv + out
+
+    @property
+    def dense_mlp_params_per_layer(self) -> int:
+        """Gated MLP (gate, up, down) of a dense layer, or the shared experts of an MoE layer."""
+        if self.num_experts:
+            return 3 * self.hidden_size * self.moe_intermediate_size * self.shared_experts
+        return 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def expert_params_per_layer(self) -> int:
+        """All routed experts of one MoE layer (0 for a dense model)."""
+        return 3 * self.hidden_size * self.moe_intermediate_size * self.num_experts if self.num_experts else 0
+
+    @property
+    def active_params_per_token_per_layer(self) -> int:
+        """Parameters one token multiplies through in one layer."""
+        routed = 3 * self.hidden_size * self.moe_intermediate_size * self.experts_per_token if self.num_experts else 0
+        return self.attention_params_per_layer + self.dense_mlp_params_per_layer + routed
+
+    @property
+    def expert_weight_fraction(self) -> float:
+        """Share of all weights that sit in routed experts (read only when a token picks them)."""
+        layer_total = self.attention_params_per_layer + self.dense_mlp_params_per_layer + self.expert_params_per_layer
+        total = self.num_layers * layer_total + 2 * self.vocab_size * self.hidden_size
+        return self.num_layers * self.expert_params_per_layer / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The figures of one GPU type and the link between the GPUs of a replica."""
+
+    hbm_gbps: float
+    peak_tflops: float
+    interconnect: str
+    link_gbps: float
+    """One-direction bandwidth per GPU of that link, GB/s."""
+    inter_node_gbps: float | None = None
+    """Bandwidth between nodes for pipeline stages placed on different nodes (None: same node)."""
+
+    @classmethod
+    def from_gpu(cls, gpu: GpuType, interconnect: str, *, fp8_compute: bool = False,
+                 inter_node_gbps: float | None = None) -> "Hardware":
+        """Hardware for a catalogue GPU; ``interconnect`` is ``nvlink`` or ``pcie``."""
+        if interconnect not in INTERCONNECTS:
+            raise ValueError(f"interconnect must be one of {', '.join(INTERCONNECTS)}, not {interconnect!r}")
+        link = gpu.link_bandwidth_gbps if interconnect == "nvlink" else gpu.pcie_bandwidth_gbps
+        tflops = gpu.fp8_tflops if fp8_compute and gpu.fp8_tflops > 0 else gpu.bf16_tflops
+        return cls(hbm_gbps=gpu.hbm_bandwidth_gbps, peak_tflops=tflops, interconnect=interconnect,
+                   link_gbps=link, inter_node_gbps=inter_node_gbps)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How the model is laid out on the replica's GPUs, as per-GPU byte counts."""
+
+    tensor_parallel: int
+    pipeline_parallel: int
+    weight_bytes_per_gpu: float
+    kv_bytes_per_token_per_gpu: float
+    """KV cache bytes one token occupies on one GPU (its stage's layers, its TP shard)."""
+    activation_bytes: int = 2
+    """Bytes per activation element (bf16/fp16: 2), what the collectives move."""
+    enforce_eager: bool = False
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What one engine step computes, aggregated over the sequences scheduled in it."""
+
+    decode_seqs: int = 0
+    decode_context_tokens: int = 0
+    """Sum over decoding sequences of the tokens each attends to (its context, new token included)."""
+    prefill_tokens: int = 0
+    prefill_attention_pairs: float = 0.0
+    """Sum over prefill chunks of (query, key) pairs: chunk x prior + chunk x (chunk + 1) / 2."""
+    prefill_prior_tokens: int = 0
+    """Sum over prefill chunks of tokens already in the KV cache that the chunk attends to."""
+    prefill_seqs: int = 0
+    sampled_seqs: int = 0
+    """Sequences that sample a token at the end of this step (the lm_head runs only for them)."""
+
+    @property
+    def tokens(self) -> int:
+        return self.decode_seqs + self.prefill_tokens
+
+    @property
+    def seqs(self) -> int:
+        return self.decode_seqs + self.prefill_seqs
+
+
+def decode_work(batch: int, context_tokens: int) -> StepWork:
+    """A pure decode step: ``batch`` sequences with ``context_tokens`` already cached each."""
+    return StepWork(decode_seqs=batch, decode_context_tokens=batch * (context_tokens + 1), sampled_seqs=batch)
+
+
+def prefill_work(tokens: int, prior_tokens: int = 0) -> StepWork:
+    """One sequence prefilling ``tokens`` prompt tokens after ``prior_tokens`` cached ones."""
+    pairs = tokens * prior_tokens + tokens * (tokens + 1) / 2
+    return StepWork(prefill_tokens=tokens, prefill_attention_pairs=pairs, prefill_prior_tokens=prior_tokens,
+                    prefill_seqs=1, sampled_seqs=1)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """The modelled duration of one step and how it splits."""
+
+    seconds: float
+    comm_seconds: float
+    """Time in collectives and pipeline hops (the part measured as 'comm share')."""
+    bubble_seconds: float
+    """Stage time left idle because fewer micro-batches than pipeline stages were in flight."""
+    link_bytes_per_gpu: float
+    """Bytes each GPU sent over the replica's link during the step (received: the same)."""
+
+    @property
+    def comm_fraction(self) -> float:
+        return self.comm_seconds / self.seconds if self.seconds > 0 else 0.0
+
+
+def collective_seconds(link: LinkCalibration, link_gbps: float, bus_bytes: float, ranks: int) -> float:
+    """Time of one collective moving ``bus_bytes`` per rank: the fastest protocol's latency + bytes/bandwidth."""
+    best = math.inf
+    for proto in link.protocols:
+        t_us = proto.latency_us + proto.latency_us_per_extra_rank * (ranks - 2)
+        t_us += bus_bytes / (link_gbps * 1e3 * proto.bandwidth_efficiency)
+        best = min(best, t_us)
+    if link.shared_bandwidth_gbps:
+        # Host-memory path: every rank's traffic crosses the one shared resource.
+        best += ranks * bus_bytes / (link.shared_bandwidth_gbps * 1e3)
+    return best * 1e-6
+
+
+def allreduce_bus_bytes(message_bytes: float, ranks: int) -> float:
+    """Bytes each rank sends in a ring all-reduce (nccl-tests' bus-bandwidth convention)."""
+    return 2.0 * (ranks - 1) / ranks * message_bytes
+
+
+def allgather_bus_bytes(total_bytes: float, ranks: int) -> float:
+    """Bytes each rank sends in an all-gather whose result is ``total_bytes``."""
+    return (ranks - 1) / ranks * total_bytes
+
+
+class PerfModel:
+    """Step times for one replica: a model shape on some GPUs with some parallelism."""
+
+    def __init__(self, shape: ModelShape, hardware: Hardware, deployment: Deployment, calibration: Calibration) -> None:
+        if deployment.tensor_parallel < 1 or deployment.pipeline_parallel < 1:
+            raise ValueError("tensor_parallel and pipeline_parallel must be >= 1")
+        self.shape = shape
+        self.hardware = hardware
+        self.deployment = deployment
+        self.calibration = calibration
+        self.link = calibration.links[hardware.interconnect]
+        tp, pp = deployment.tensor_parallel, deployment.pipeline_parallel
+        self._stage_layers = math.ceil(shape.num_layers / pp)
+        c = calibration.compute
+        self._weight_bw = hardware.hbm_gbps * 1e9 * c.weight_bandwidth_efficiency
+        self._kv_bw = hardware.hbm_gbps * 1e9 * c.kv_bandwidth_efficiency
+        self._flops = hardware.peak_tflops * 1e12 * c.compute_efficiency
+        self._k = c.roofline_sharpness
+        self._overhead = (c.overhead_us_per_layer * self._stage_layers + c.overhead_us_per_step) * 1e-6
+        # FLOPs per token through one stage's layers on one GPU, and per sampled token in lm_head.
+        self._linear_flops_per_token = 2.0 * shape.active_params_per_token_per_layer * self._stage_layers / tp
+        self._lm_head_flops_per_token = 2.0 * shape.vocab_size * shape.hidden_size / tp
+        self._attn_flops_per_pair = 4.0 * shape.num_attention_heads * shape.head_dim * self._stage_layers / tp
+        self._expert_fraction = shape.expert_weight_fraction
+        eager = calibration.eager
+        host_us = eager.host_us_per_layer_tp1 if tp == 1 else eager.host_us_per_layer_tp_many
+        self._eager_floor = host_us * self._stage_layers * 1e-6 if deployment.enforce_eager else 0.0
+
+    # -- pieces ----------------------------------------------------------------------------
+    def _weights_read(self, tokens: int) -> float:
+        w = self.deployment.weight_bytes_per_gpu
+        if not self.shape.num_experts or tokens <= 0:
+            return w
+        e, k = self.shape.num_experts, self.shape.experts_per_token
+        touched = e * (1.0 - (1.0 - k / e) ** tokens)  # expected distinct experts hit by the tokens
+        return w * (1.0 - self._expert_fraction + self._expert_fraction * touched / e)
+
+    def _collectives(self, work: StepWork, micro: float) -> tuple[float, float]:
+        """(seconds, bus bytes per GPU) of one stage's collectives for a micro-batch share ``micro``."""
+        tp = self.deployment.tensor_parallel
+        if tp == 1:
+            return 0.0, 0.0
+        shape = self.shape
+        act = self.deployment.activation_bytes
+        message = work.tokens * micro * shape.hidden_size * act
+        count = 2 * self._stage_layers + 1  # two per layer, one after the vocabulary-parallel embedding
+        ar_bus = allreduce_bus_bytes(message, tp)
+        ar = collective_seconds(self.link, self.hardware.link_gbps, ar_bus, tp)
+        seconds = count * ar
+        bus = count * ar_bus
+        if work.sampled_seqs:
+            # The vocabulary-parallel lm_head gathers every sampled row's logits.
+            logits_total = max(work.sampled_seqs * micro, 1.0) * shape.vocab_size * act
+            ag_bus = allgather_bus_bytes(logits_total, tp)
+            seconds += collective_seconds(self.link, self.hardware.link_gbps, ag_bus, tp)
+            bus += ag_bus
+        return seconds, bus
+
+    def _stage_compute(self, work: StepWork, micro: float) -> float:
+        tokens = work.tokens * micro
+        flops = (self._linear_flops_per_token * tokens
+                 + self._lm_head_flops_per_token * work.sampled_seqs * micro
+                 + self._attn_flops_per_pair * work.prefill_attention_pairs * micro)
+        t_w = self._weights_read(math.ceil(tokens)) / self._weight_bw
+        t_c = flops / self._flops
+        k = self._k
+        t_main = (t_w**k + t_c**k) ** (1.0 / k) if t_c > 0 else t_w
+        kv_tokens = (work.decode_context_tokens + work.prefill_prior_tokens) * micro
+        t_kv = kv_tokens * self.deployment.kv_bytes_per_token_per_gpu / self._kv_bw
+        return self._overhead + t_main + t_kv
+
+    def _hop_seconds(self, work: StepWork, micro: float) -> float:
+        nbytes = work.tokens * micro * self.shape.hidden_size * self.deployment.activation_bytes
+        hw, pipe = self.hardware, self.calibration.pipeline
+        if hw.inter_node_gbps:
+            return pipe.inter_node_latency_us * 1e-6 + nbytes / (hw.inter_node_gbps * 1e9)
+        best_eff = max(p.bandwidth_efficiency for p in self.link.protocols)
+        return pipe.p2p_latency_us * 1e-6 + nbytes / (hw.link_gbps * 1e9 * best_eff)
+
+    # -- the model -------------------------------------------------------------------------
+    def step_time(self, work: StepWork) -> StepTime:
+        """Duration of one engine step doing ``work`` (no noise; the scheduler adds it)."""
+        if work.tokens <= 0:
+            return StepTime(0.0, 0.0, 0.0, 0.0)
+        pp = self.deployment.pipeline_parallel
+        micro_batches = max(1, min(pp, work.seqs))
+        micro = 1.0 / micro_batches
+        comm, bus = self._collectives(work, micro)
+        compute = self._stage_compute(work, micro)
+        stage = max(compute + comm, self._eager_floor)
+        if pp == 1:
+            return StepTime(stage, comm, 0.0, bus)
+        hop = self._hop_seconds(work, micro)
+        total = pp * stage + (pp - 1) * hop
+        bubble = pp * stage * (pp - micro_batches) / pp
+        # Each stage GPU runs its collectives once per micro-batch.
+        return StepTime(total, pp * comm + (pp - 1) * hop, bubble, bus * micro_batches)
+
+    def decode_step(self, batch: int, context_tokens: int) -> StepTime:
+        """Step time of ``batch`` sequences decoding one token with ``context_tokens`` cached each."""
+        return self.step_time(decode_work(batch, context_tokens))
+
+    def prefill(self, tokens: int) -> StepTime:
+        """Time to prefill one prompt of ``tokens`` tokens in one step (a TTFT proxy)."""
+        return self.step_time(prefill_work(tokens))
