@@ -1,0 +1,303 @@
+"""Detached component processes: start, identify, health-check and stop them.
+
+Each component runs in its own session and process group (``start_new_session``), so it
+outlives the ``kneepoint sandbox up`` that started it and can be stopped as a group. A
+JSON pid file per component records pid, process group, start time and argv; a process
+counts as ours only if its pid *and* start time match (pids get reused). Every started
+process gets ``KNEEPOINT_SANDBOX_ID=<state dir>`` in its environment, inherited by what it
+spawns, so ``down`` can find and end descendants that left their group (e.g. processes
+the runner starts in their own sessions) and verify that none remains.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from kneepoint.sandbox.flags import Health
+from kneepoint.sandbox.layout import HOST
+
+MARKER_ENV = "KNEEPOINT_SANDBOX_ID"
+
+# Popen objects of children started by this Python process, kept so they are reaped
+# (no zombies, no ResourceWarning) when the fixture or the CLI stops them.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class ProcessError(RuntimeError):
+    """A component did not start, did not become healthy, or would not stop."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """What a pid file says about one started component."""
+
+    name: str
+    pid: int
+    pgid: int
+    create_time: float
+    argv: list[str]
+    started_at: float
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(tmp, path)
+
+
+def load_record(path: Path) -> Record | None:
+    """The pid file's record, or None if absent or unreadable."""
+    try:
+        data = json.loads(path.read_text())
+        return Record(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def live_process(record: Record | None) -> psutil.Process | None:
+    """The running process a record describes, or None (gone, zombie, or pid reused)."""
+    if record is None:
+        return None
+    try:
+        proc = psutil.Process(record.pid)
+        if abs(proc.create_time() - record.create_time) > 1.0:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            _reap(record.pid)
+            return None
+        return proc
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _reap(pid: int) -> None:
+    child = _CHILDREN.pop(pid, None)
+    if child is not None:
+        try:
+            child.wait(timeout=0.1)
+        except subprocess.TimeoutExpired:
+            _CHILDREN[pid] = child
+        return
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def port_in_use(port: int) -> bool:
+    """True if something already listens on 127.0.0.1:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
+
+
+def port_owner(port: int) -> str:
+    """'pid N (name)' of the process listening on ``port``, or 'an unknown process'."""
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                try:
+                    return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+                except psutil.Error:
+                    return f"pid {conn.pid}"
+    except psutil.Error:
+        pass
+    return "an unknown process"
+
+
+def start(name: str, argv: list[str], log_path: Path, pid_path: Path, env: Mapping[str, str], cwd: Path) -> Record:
+    """Start ``argv`` detached (own session and process group), log to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} start {' '.join(argv)}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=dict(env), cwd=cwd, start_new_session=True, close_fds=True,
+            )
+        except OSError as exc:
+            raise ProcessError(f"{name}: cannot start {argv[0]}: {exc}") from exc
+    _CHILDREN[proc.pid] = proc
+    try:
+        create_time = psutil.Process(proc.pid).create_time()
+    except psutil.NoSuchProcess:
+        create_time = time.time()
+    record = Record(name, proc.pid, proc.pid, create_time, list(argv), time.time())
+    record.save(pid_path)
+    return record
+
+
+def probe(health: Health, pki: Path, timeout: float = 2.0) -> tuple[bool, str]:
+    """(healthy, one-line detail) from the component's readiness endpoint."""
+    if health.url is None:
+        return True, "running"
+    context = None
+    if health.tls:
+        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        if health.client_cert:
+            context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    try:
+        with urllib.request.urlopen(health.url, timeout=timeout, context=context) as resp:
+            return resp.status == 200, f"{health.url} {resp.status}"
+    except urllib.error.HTTPError as exc:
+        return False, f"{health.url} {exc.code}"
+    except (urllib.error.URLError, OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return False, f"{health.url} {reason}"
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """Last lines of a log file (for error messages)."""
+    try:
+        data = path.read_bytes()[-8000:].decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def wait_healthy(record: Record, health: Health, pki: Path, log_path: Path, timeout: float) -> None:
+    """Block until the component answers healthy; ProcessError if it dies or times out."""
+    deadline = time.monotonic() + timeout
+    delay = 0.1
+    detail = ""
+    while time.monotonic() < deadline:
+        if live_process(record) is None:
+            raise ProcessError(f"{record.name} exited while starting; last log lines ({log_path}):\n{tail(log_path)}")
+        ok, detail = probe(health, pki)
+        if ok:
+            return
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+    raise ProcessError(f"{record.name} not healthy after {timeout:.0f}s ({detail}); see {log_path}:\n{tail(log_path)}")
+
+
+def marked_processes(marker: str) -> list[psutil.Process]:
+    """Every process whose environment carries ``KNEEPOINT_SANDBOX_ID=<marker>``."""
+    found = []
+    # Never ourselves or an ancestor (a shell that happens to carry the marker).
+    mine = {os.getpid()} | {p.pid for p in psutil.Process().parents()}
+    for proc in psutil.process_iter():
+        if proc.pid in mine:
+            continue
+        try:
+            if proc.environ().get(MARKER_ENV) == marker and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def tree(record: Record) -> list[psutil.Process]:
+    """The component's process and all its descendants (empty if not running)."""
+    proc = live_process(record)
+    if proc is None:
+        return []
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return [proc]
+
+
+def rss_bytes(procs: Iterable[psutil.Process]) -> int:
+    """Summed resident memory of the given processes."""
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+def stop(records: list[Record], marker: str | None, grace: float = 10.0) -> list[str]:
+    """End the components' process groups and descendants; returns what is still alive.
+
+    SIGTERM first (etcd and Prometheus flush cleanly), SIGKILL after ``grace`` seconds.
+    With a ``marker``, processes that carry it in their environment are ended too.
+    """
+    procs: dict[int, psutil.Process] = {}
+    groups: set[int] = set()
+    for record in records:
+        for proc in tree(record):
+            procs[proc.pid] = proc
+        if live_process(record) is not None:
+            groups.add(record.pgid)
+    if marker:
+        for proc in marked_processes(marker):
+            procs.setdefault(proc.pid, proc)
+    for proc in procs.values():
+        try:
+            groups.add(os.getpgid(proc.pid))
+        except OSError:
+            continue
+    groups.discard(os.getpgrp())  # never signal our own group (the shell or pytest)
+    _signal_all(groups, procs.values(), signal.SIGTERM)
+    alive = _wait_gone(list(procs.values()), grace)
+    if alive:
+        _signal_all(groups, alive, signal.SIGKILL)
+        alive = _wait_gone(alive, 5.0)
+    if marker:
+        alive += [p for p in marked_processes(marker) if p.pid not in {a.pid for a in alive}]
+    return [f"pid {p.pid} ({_name(p)})" for p in alive]
+
+
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.Error:
+        return "?"
+
+
+def _signal_all(groups: Iterable[int], procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
+    for group in groups:
+        try:
+            os.killpg(group, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    alive = list(procs)
+    while alive and time.monotonic() < deadline:
+        for proc in alive:
+            _reap(proc.pid)
+        still = []
+        for proc in alive:
+            try:
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    still.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+        alive = still
+        if alive:
+            time.sleep(0.1)
+    for proc in procs:
+        _reap(proc.pid)
+    return alive
