@@ -28,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from kneepoint.core.architectures import ModelArchitecture
 from kneepoint.core.gpus import get_gpu_type
 from kneepoint.simulator.calibration import (
     CALIBRATION_FILE,
@@ -50,6 +51,7 @@ from kneepoint.simulator.perf_model import (
     collective_seconds,
     decode_work,
     prefill_work,
+    shape_from_architecture,
 )
 
 
@@ -97,16 +99,18 @@ def _calls(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [("run", doc)]
 
 
-def _shape(config: dict[str, Any]) -> ModelShape:
-    return ModelShape(
+def _shape(config: dict[str, Any], name: str) -> ModelShape:
+    arch = ModelArchitecture(
+        name=name,
         num_layers=int(config["layers"]),
         hidden_size=int(config["hidden"]),
         num_attention_heads=int(config["heads"]),
-        num_kv_heads=int(config["kv_heads"]),
+        num_key_value_heads=int(config["kv_heads"]),
         head_dim=int(config["head_dim"]),
         intermediate_size=int(config["inter"]),
         vocab_size=int(config["vocab"]),
     )
+    return shape_from_architecture(arch)
 
 
 def load_points(data_dir: Path) -> list[MeasuredPoint]:
@@ -117,7 +121,7 @@ def load_points(data_dir: Path) -> list[MeasuredPoint]:
         for call, doc in _calls(json.loads(path.read_text())):
             summary = doc["summary"]
             rank0 = doc["ranks"][0]
-            shape = _shape(rank0["config"])
+            shape = _shape(rank0["config"], str(summary["model"]))
             tp = int(summary["tp"])
             deployment = Deployment(
                 tensor_parallel=tp,

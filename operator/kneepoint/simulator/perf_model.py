@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kneepoint.core.architectures import ModelArchitecture
 from kneepoint.core.gpus import GpuType
 from kneepoint.simulator.calibration import Calibration, LinkCalibration
 
@@ -31,51 +32,47 @@ INTERCONNECTS = ("nvlink", "pcie")
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The transformer shape the step time depends on (decoder-only, GQA, gated MLP)."""
+    """The transformer figures the step time depends on (built from a ModelArchitecture)."""
 
     num_layers: int
     hidden_size: int
     num_attention_heads: int
-    num_kv_heads: int
     head_dim: int
-    intermediate_size: int
     vocab_size: int
+    active_params_per_token_per_layer: float
+    """Linear-layer parameters one token multiplies through in one layer (routed experts: its top-k)."""
     num_experts: int = 0
     """Routed experts per MoE layer; 0 for a dense model."""
     experts_per_token: int = 0
-    moe_intermediate_size: int = 0
-    shared_experts: int = 0
+    expert_weight_fraction: float = 0.0
+    """Share of all weights that sit in routed experts (read only when some token picks them)."""
 
-    @property
-    def attention_params_per_layer(self) -> int:
-        qkv = self.hidden_size * (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim
-        out = self.num_attention_heads * self.head_dim * self.hidden_size
-        return qkv + out
 
-    @property
-    def dense_mlp_params_per_layer(self) -> int:
-        """Gated MLP (gate, up, down) of a dense layer, or the shared experts of an MoE layer."""
-        if self.num_experts:
-            return 3 * self.hidden_size * self.moe_intermediate_size * self.shared_experts
-        return 3 * self.hidden_size * self.intermediate_size
-
-    @property
-    def expert_params_per_layer(self) -> int:
-        """All routed experts of one MoE layer (0 for a dense model)."""
-        return 3 * self.hidden_size * self.moe_intermediate_size * self.num_experts if self.num_experts else 0
-
-    @property
-    def active_params_per_token_per_layer(self) -> int:
-        """Parameters one token multiplies through in one layer."""
-        routed = 3 * self.hidden_size * self.moe_intermediate_size * self.experts_per_token if self.num_experts else 0
-        return self.attention_params_per_layer + self.dense_mlp_params_per_layer + routed
-
-    @property
-    def expert_weight_fraction(self) -> float:
-        """Share of all weights that sit in routed experts (read only when a token picks them)."""
-        layer_total = self.attention_params_per_layer + self.dense_mlp_params_per_layer + self.expert_params_per_layer
-        total = self.num_layers * layer_total + 2 * self.vocab_size * self.hidden_size
-        return self.num_layers * self.expert_params_per_layer / total if total else 0.0
+def shape_from_architecture(arch: ModelArchitecture) -> ModelShape:
+    """The perf model's view of an architecture, from the same weight groups the estimator counts."""
+    active = 0.0
+    expert = 0
+    total = 0
+    for i in range(arch.num_layers):
+        for g in arch.layer_groups(i):
+            total += g.parameters
+            if g.expert:
+                expert += g.parameters
+                active += g.parameters * arch.num_experts_per_token / arch.num_experts
+            elif g.quantizable:  # the linear layers (norms and routers are negligible work)
+                active += g.parameters
+    total += sum(g.parameters for g in arch.embedding_groups())
+    return ModelShape(
+        num_layers=arch.num_layers,
+        hidden_size=arch.hidden_size,
+        num_attention_heads=arch.num_attention_heads,
+        head_dim=arch.head_dim,
+        vocab_size=arch.vocab_size,
+        active_params_per_token_per_layer=active * arch.parameter_scale / arch.num_layers,
+        num_experts=arch.num_experts,
+        experts_per_token=arch.num_experts_per_token,
+        expert_weight_fraction=expert / total if total else 0.0,
+    )
 
 
 @dataclass(frozen=True)
