@@ -88,9 +88,22 @@ def find_gpu_type(name_or_label: str) -> GpuType | None:
     for gpu in all_gpu_types():
         if wanted == _normalise(gpu.name) or any(wanted == _normalise(label) for label in gpu.product_labels):
             return gpu
-    # Loose: "H200" or "nvidia h200" -> h200. Only accept a unique match.
-    loose = [gpu for gpu in all_gpu_types() if _normalise(gpu.name) in wanted or wanted in _normalise(gpu.name)]
+    # Loose: "H200" or "nvidia h200" -> h200. Only accept a unique match, and never let a
+    # shorter model number match a longer one ("H20" is another GPU, not the H200).
+    loose = [gpu for gpu in all_gpu_types() if _loosely_names(wanted, _normalise(gpu.name))]
     return loose[0] if len(loose) == 1 else None
+
+
+def _loosely_names(wanted: str, name: str) -> bool:
+    """True when one normalised name contains the other and the match does not cut a number short."""
+    for short, long in ((name, wanted), (wanted, name)):
+        at = long.find(short)
+        if at >= 0:
+            after = long[at + len(short) : at + len(short) + 1]
+            before = long[at - 1 : at] if at else ""
+            if not (after.isdigit() and short[-1:].isdigit()) and not (before.isdigit() and short[:1].isdigit()):
+                return True
+    return False
 
 
 def get_gpu_type(name_or_label: str) -> GpuType:
