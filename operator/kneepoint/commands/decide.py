@@ -289,7 +289,7 @@ def status_document(data: DecideInput, outcome: DecisionOutcome) -> dict[str, An
 def render_table(data: DecideInput, outcome: DecisionOutcome) -> str:
     """The record table, the comparison blocks and the decision, as plain text."""
     r = data.spec.stop_rules
-    source = "the document's spec" if data.spec_given else "defaults (the file has no spec)"
+    source = "from the document's spec" if data.spec_given else "defaults, the file has no spec"
     parts = [
         f"stop rules ({source}): memoryHeadroom {r.memory_headroom:g}, minThroughputGain {r.min_throughput_gain:g}, "
         f"maxP99Degradation {r.max_p99_degradation:g}, maxCommFraction {r.max_comm_fraction:g}",

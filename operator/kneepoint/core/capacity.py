@@ -138,7 +138,8 @@ def plan_capacity(tier: TierResult, capacity: CapacitySpec, load_concurrency: in
     base = -(-peak_concurrency // per_replica)
     text += (
         f"; replicas = ceil(ceil({peak_concurrency} / {per_replica}) x {capacity.redundancy_factor:g}) = "
-        f"ceil({base} x {capacity.redundancy_factor:g}) = {replicas}, {replicas} x {tier.gpus} GPUs = {replicas * tier.gpus} GPUs"
+        f"ceil({base} x {capacity.redundancy_factor:g}) = {replicas}; {replicas} x {tier.gpus} GPU{'s' if tier.gpus != 1 else ''} "
+        f"= {replicas * tier.gpus} GPU{'s' if replicas * tier.gpus != 1 else ''}"
     )
     return CapacityPlan(
         per_replica_concurrency=per_replica,

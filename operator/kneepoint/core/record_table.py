@@ -164,6 +164,12 @@ def format_record_table(tiers: Sequence[TierResult]) -> str:
     return "\n".join(lines)
 
 
+def _slo_text(decision: Decision) -> str:
+    if decision.slo_met is not None:
+        return "yes" if decision.slo_met else "no"
+    return "not checked (a figure is missing)" if decision.per_replica_concurrency_source == "unchecked" else "no SLO set"
+
+
 def format_decision(decision: Decision, capacity_explanation: str | None = None) -> str:
     """The decision as a few labelled lines."""
     label = tier_label(TierResult(tensor_parallel=decision.tensor_parallel, pipeline_parallel=decision.pipeline_parallel))
@@ -173,7 +179,7 @@ def format_decision(decision: Decision, capacity_explanation: str | None = None)
         f"classification: {decision.classification}",
         f"replicas: {decision.replicas} (total GPUs {decision.total_gpus if decision.total_gpus is not None else decision.replicas * decision.gpus_per_replica})",
         f"per-replica concurrency: {decision.per_replica_concurrency} ({decision.per_replica_concurrency_source})",
-        "SLO met at the load-test concurrency: " + {True: "yes", False: "no", None: "not set or not checked"}[decision.slo_met],
+        "SLO met at the load-test concurrency: " + _slo_text(decision),
     ]
     if decision.cost_per_million_tokens is not None:
         lines.append(f"cost per million output tokens: {decision.cost_per_million_tokens:.2f}")
