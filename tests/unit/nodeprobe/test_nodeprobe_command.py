@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from fake_core_api import FakeCoreV1Api
-from fake_pynvml import make_fake_pynvml
+from nodeprobe_fake_core_api import FakeCoreV1Api
+from nodeprobe_fake_pynvml import make_fake_pynvml
 from nodeprobe_recordings import EXPECTED_LABELS, FIXTURES, NODE, answers, load
 
 from kneepoint.cli import cli

@@ -9,7 +9,7 @@ import json
 import sys
 
 import pytest
-from fake_pynvml import make_fake_pynvml
+from nodeprobe_fake_pynvml import make_fake_pynvml
 from nodeprobe_recordings import FIXTURES, answers, load
 
 from kneepoint.nodeprobe import nvml_reader

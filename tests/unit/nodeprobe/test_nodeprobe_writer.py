@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from fake_core_api import FakeCoreV1Api
+from nodeprobe_fake_core_api import FakeCoreV1Api
 from kubernetes.client.exceptions import ApiException
 from nodeprobe_recordings import NODE, load
 
