@@ -10,7 +10,8 @@ Until the sandbox's real kube-apiserver checks the CRD, these functions stand in
   default set, then its children defaulted, as apiextensions-apiserver does).
 - :func:`to_json_schema`: OpenAPI v3 with Kubernetes extensions -> JSON Schema draft 4
   for ``jsonschema``; unknown fields become errors, as with kubectl's strict field validation.
-- :func:`cel_errors`: every ``x-kubernetes-validations`` rule evaluated with cel-python.
+- :func:`cel_errors`: every ``x-kubernetes-validations`` rule evaluated with cel-python
+  (not the API server's cost estimate: kube-apiserver itself is the judge of that).
 - :func:`api_server_errors`: defaults, then schema, then CEL, as ``path: message`` lines.
 """
 
@@ -134,12 +135,13 @@ def _check_validations(node: dict[str, Any], path: str, problems: list[str]) -> 
             problems.append(f"{path}: CEL rule {entry.get('rule')!r} has no message")
         if "\n" in message:
             problems.append(f"{path}: CEL message contains a line break")
+        if "messageExpression" in entry:
+            # Its cost estimate is not re-done here, and 1.36 refused ours (see CelRule).
+            problems.append(f"{path}: messageExpression is not checked by these tests; use a static message")
         if "fieldPath" in entry and resolve_field_path(node, entry["fieldPath"]) is None:
             problems.append(f"{path}: fieldPath {entry['fieldPath']!r} names no field of this node")
         try:
             compile_rule(entry["rule"])
-            if entry.get("messageExpression"):
-                compile_rule(entry["messageExpression"])
         except Exception as exc:  # celpy raises its own parse errors
             problems.append(f"{path}: CEL does not compile: {entry.get('rule')!r}: {exc}")
 
@@ -238,8 +240,8 @@ def cel_errors(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
     """Evaluate every CEL rule on the parts of ``value`` its schema node describes.
 
     As on the API server, a rule runs only where its node is present, a false result
-    reports ``message`` (or ``messageExpression``) at the node's path plus ``fieldPath``,
-    and an evaluation error is a failure too.
+    reports ``message`` at the node's path plus ``fieldPath``, and an evaluation error is a
+    failure too. The API server's cost estimate is not re-done here.
     """
     errors: list[str] = []
     for entry in schema.get("x-kubernetes-validations", []):
@@ -250,10 +252,7 @@ def cel_errors(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
             errors.append(f"{where}: rule {entry['rule']!r} failed to evaluate: {exc}")
             continue
         if not ok:
-            message = entry["message"]
-            if entry.get("messageExpression"):
-                message = str(_evaluate(entry["messageExpression"], value))
-            errors.append(f"{where}: {message}")
+            errors.append(f"{where}: {entry['message']}")
     if isinstance(value, dict):
         for name, sub in value.items():
             prop = schema.get("properties", {}).get(name)

@@ -170,9 +170,10 @@ def test_explicit_architecture_numbers_are_fine_when_complete(schema: dict[str, 
     assert api_server_errors(schema, {"apiVersion": crd_schema.API_VERSION, "kind": crd_schema.KIND, "metadata": {}, "spec": spec}) == []
 
 
-def test_length_rule_message_carries_the_numbers(schema: dict[str, Any]) -> None:
+def test_length_rule_names_all_three_fields(schema: dict[str, Any]) -> None:
     spec = _bad(_set("load.outputLen", 3073))
     errors = api_server_errors(schema, {"apiVersion": crd_schema.API_VERSION, "kind": crd_schema.KIND, "metadata": {}, "spec": spec})
     assert errors == [
-        "spec.load.inputLen: spec.load.inputLen + spec.load.outputLen (4097) must be at most spec.model.maxModelLen (4096)"
+        "spec.load.inputLen: spec.load.inputLen + spec.load.outputLen must be at most spec.model.maxModelLen"
+        " (prompt and output must fit the context limit)"
     ]

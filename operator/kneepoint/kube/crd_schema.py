@@ -80,19 +80,21 @@ _ARCHITECTURE_SOURCES = ("preset", "config_map_ref")
 
 @dataclass(frozen=True)
 class CelRule:
-    """One ``x-kubernetes-validations`` entry. ``{path}`` in ``message`` becomes the node's JSON path."""
+    """One ``x-kubernetes-validations`` entry. ``{path}`` in ``message`` becomes the node's JSON path.
+
+    Messages are static on purpose: kube-apiserver 1.36 refused the CRD when the length
+    rule had a ``messageExpression`` printing the numbers (``'...' + string(n)``), whose
+    estimated cost was more than 100x the schema's budget.
+    """
 
     rule: str
     message: str
     field_path: str | None = None  # relative to the node, e.g. ".load.inputLen"
-    message_expression: str | None = None
 
     def render(self, path: str) -> dict[str, Any]:
         out: dict[str, Any] = {"rule": self.rule, "message": self.message.format(path=path)}
         if self.field_path:
             out["fieldPath"] = self.field_path
-        if self.message_expression:
-            out["messageExpression"] = self.message_expression.format(path=path)
         return out
 
 
@@ -129,10 +131,6 @@ def _spec_rules() -> tuple[CelRule, ...]:
             "{path}.load.inputLen + {path}.load.outputLen must be at most {path}.model.maxModelLen "
             "(prompt and output must fit the context limit)",
             field_path=".load.inputLen",
-            message_expression=(
-                "'{path}.load.inputLen + {path}.load.outputLen (' + string(self.load.inputLen + self.load.outputLen)"
-                " + ') must be at most {path}.model.maxModelLen (' + string(self.model.maxModelLen) + ')'"
-            ),
         ),
         CelRule(
             "!self.model.uri.startsWith('sim://') || self.mode == 'Simulate'",
