@@ -1,0 +1,65 @@
+"""What the ladder asks the adapters to do. Every action is idempotent by construction.
+
+Child names are deterministic (tier + attempt), so re-applying an action after a crash finds
+the object already there instead of creating a second one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kneepoint.core.status import Decision
+from kneepoint.core.tiers import Tier
+
+
+@dataclass(frozen=True)
+class EnsureEngine:
+    """Create the tier's engine Deployment and Service if they do not exist."""
+
+    tier: Tier
+    node_name: str | None = None
+    """Node chosen by the capacity check (used as a preferred placement hint only)."""
+    interconnect: str | None = None
+    """Interconnect of the chosen domain (for Simulate mode's simulator flags)."""
+
+
+@dataclass(frozen=True)
+class EnsureLoadTest:
+    """Create the load-test Job for one attempt if it does not exist."""
+
+    tier: Tier
+    attempt: int
+
+
+@dataclass(frozen=True)
+class DeleteTier:
+    """Delete the tier's children (engine Deployment, Service, load-test Jobs)."""
+
+    tier: Tier
+    keep_engine: bool = False
+
+
+@dataclass(frozen=True)
+class DeleteAllChildren:
+    """Delete every child of the experiment (spec changed, or the experiment failed)."""
+
+    keep_tier: Tier | None = None
+
+
+@dataclass(frozen=True)
+class PublishRecommendation:
+    """Write the KServe InferenceService for the decision into the recommendation ConfigMap."""
+
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """An Event on the experiment."""
+
+    reason: str
+    message: str
+    type: str = "Normal"
+
+
+Action = EnsureEngine | EnsureLoadTest | DeleteTier | DeleteAllChildren | PublishRecommendation

@@ -1,0 +1,136 @@
+"""What the adapters report to the ladder: children, fleet capacity, load-test summaries, metrics.
+
+These are plain values. The reconciler reads Kubernetes and Prometheus, fills them in and
+hands them to :func:`kneepoint.core.ladder.reconcile_step`, which never does I/O itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Why an engine could not start, as read from pods and events.
+START_UNSCHEDULABLE = "Unschedulable"
+START_OUT_OF_MEMORY = "OutOfMemory"
+START_CRASH_LOOP = "CrashLoopBackOff"
+START_IMAGE_PULL = "ImagePullBackOff"
+START_CONFIG_ERROR = "CreateContainerConfigError"
+
+
+@dataclass(frozen=True)
+class DomainCapacity:
+    """GPUs of one node's largest NVLink domain (or the whole node on PCIe fleets)."""
+
+    node_name: str
+    gpu_product: str
+    gpus_total: int
+    """GPUs on the node (allocatable)."""
+    gpus_free: int
+    """Allocatable minus what non-terminated pods request."""
+    nvlink_domain: str | None
+    nvlink_domain_size: int
+    interconnect: str
+    """nvlink, pcie or mixed (node label kneepoint.io/interconnect)."""
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """The GPU nodes that match the experiment's placement."""
+
+    domains: tuple[DomainCapacity, ...] = ()
+
+    def products(self) -> tuple[str, ...]:
+        return tuple(sorted({d.gpu_product for d in self.domains}))
+
+    def max_gpus_per_node(self) -> int:
+        return max((d.gpus_total for d in self.domains), default=0)
+
+    def has_nvlink(self) -> bool:
+        return any(d.nvlink_domain_size > 1 for d in self.domains)
+
+    def can_ever_hold(self, gpus: int, require_nvlink: bool) -> bool:
+        """Whether some node could hold a replica of ``gpus`` GPUs in one domain, if it were empty."""
+        for d in self.domains:
+            if d.gpus_total < gpus:
+                continue
+            if require_nvlink and gpus > 1 and d.nvlink_domain_size < gpus:
+                continue
+            return True
+        return False
+
+    def free_now(self, gpus: int, require_nvlink: bool) -> DomainCapacity | None:
+        """A domain with ``gpus`` free GPUs now, preferring the tightest fit (less fragmentation)."""
+        fits = [
+            d
+            for d in self.domains
+            if d.gpus_free >= gpus and (not require_nvlink or gpus == 1 or d.nvlink_domain_size >= gpus)
+        ]
+        return min(fits, key=lambda d: (d.gpus_free, d.node_name)) if fits else None
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """The tier's engine Deployment and its pod, as read from the API."""
+
+    exists: bool = False
+    ready: bool = False
+    node_name: str | None = None
+    start_failure: str | None = None
+    """One of the START_* constants when the pod tells why it cannot start."""
+    failure_message: str | None = None
+    restarts: int = 0
+
+
+@dataclass(frozen=True)
+class LoadTestState:
+    """The tier's load-test Job for one attempt."""
+
+    attempt: int
+    exists: bool = False
+    succeeded: bool = False
+    failed: bool = False
+    summary: dict[str, Any] | None = None
+    """The load generator's summary (CONTRACTS A) from the pod's termination message."""
+    message: str | None = None
+    """Why the Job failed, from the pod's termination message or the Job's condition."""
+
+
+@dataclass(frozen=True)
+class MetricWindow:
+    """What Prometheus returned for the tier's load-test window."""
+
+    peak_fb_used_gib: float | None = None
+    """Max over the tier's GPUs of DCGM_FI_DEV_FB_USED, GiB."""
+    peak_kv_cache_usage: float | None = None
+    """Max of vllm:kv_cache_usage_perc (0-1)."""
+    preemptions: int | None = None
+    gpu_utilization: float | None = None
+    """Mean DCGM GPU utilisation, 0-1."""
+    nvlink_bytes_per_second: float | None = None
+    comm_fraction: float | None = None
+    missing: tuple[str, ...] = ()
+    """Metric names that returned no series."""
+    error: str | None = None
+    """Set when Prometheus could not be queried at all."""
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Everything the ladder may look at in one pass."""
+
+    now: float
+    """Seconds since the epoch (UTC)."""
+    generation: int
+    fleet: FleetView | None = None
+    queue_position: int | None = None
+    """1 when this experiment is first among those waiting for GPUs of its product."""
+    engine: EngineState | None = None
+    load_test: LoadTestState | None = None
+    metrics: MetricWindow | None = None
+    plan_error: str | None = None
+    """Set when the plan cannot be made (for example the config.json ConfigMap is missing)."""
+    architecture: Any = None
+    """The resolved ModelArchitecture (preset, ConfigMap or explicit numbers)."""
+    gpu: Any = None
+    """The GpuType of the experiment's GPU product."""
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,117 @@
+"""kopf handlers for ParallelismExperiment: thin on purpose (the reconciler decides).
+
+One daemon per experiment runs reconcile passes. It sleeps until the ladder's requested
+delay, or until an event on one of the experiment's children (engine pods, Deployments,
+load-test Jobs) or a spec change wakes it, so nothing polls the API in a tight loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+
+from kneepoint.kube import naming
+from kneepoint.kube.child_reader import ChildReader
+from kneepoint.kube.child_writer import ChildWriter
+from kneepoint.reconciler import Reconciler
+from kneepoint.settings import OperatorSettings
+
+log = logging.getLogger("kneepoint.operator")
+ERROR_BACKOFF_SECONDS = 10.0
+
+
+def _api_client() -> client.ApiClient:
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Our own progress lives in status; kopf's bookkeeping goes to annotations under our prefix.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kneepoint.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="kneepoint.io", key="last-handled-configuration")
+    settings.persistence.finalizer = "kneepoint.io/finalizer"
+    # We post our own, specific events; kopf's generic "Handler succeeded" ones are noise.
+    settings.posting.enabled = False
+    settings.watching.server_timeout = 300
+    operator_settings: OperatorSettings = memo.get("operator_settings") or OperatorSettings.from_env()
+    api = _api_client()
+    memo.operator_settings = operator_settings
+    memo.reconciler = Reconciler(ChildReader(api), ChildWriter(api), operator_settings)
+    memo.wakeups = {}
+    log.info(
+        "Operator started: Prometheus %s, image %s, namespaces %s",
+        operator_settings.prometheus_url,
+        operator_settings.operator_image,
+        ",".join(operator_settings.namespaces) or "all",
+    )
+
+
+def _wakeup(memo: kopf.Memo, namespace: str, experiment: str) -> asyncio.Event:
+    return memo.wakeups.setdefault((namespace, experiment), asyncio.Event())
+
+
+async def _sleep(wake: asyncio.Event, stopped: Any, seconds: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not stopped and not wake.is_set():
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        try:
+            await asyncio.wait_for(wake.wait(), timeout=min(remaining, 1.0))
+        except asyncio.TimeoutError:
+            pass
+
+
+@kopf.daemon(naming.GROUP, naming.VERSION, naming.PLURAL, cancellation_timeout=5.0, initial_delay=0)
+async def run_experiment(name: str, namespace: str, memo: kopf.Memo, stopped: Any, **_: Any) -> None:
+    """Drive one experiment through its ladder until it is deleted."""
+    reconciler: Reconciler = memo.reconciler
+    wake = _wakeup(memo, namespace, name)
+    backoff = ERROR_BACKOFF_SECONDS
+    while not stopped:
+        wake.clear()
+        try:
+            delay = await reconciler.reconcile(name, namespace)
+            backoff = ERROR_BACKOFF_SECONDS
+        except Exception:  # the API server restarting, a 409 on status: try again later
+            reconciler.errors += 1
+            log.exception("%s/%s: reconcile failed; retrying in %.0f s", namespace, name, backoff)
+            delay, backoff = backoff, min(backoff * 2, 300.0)
+        await _sleep(wake, stopped, memo.operator_settings.idle_poll_seconds if delay is None else delay)
+    memo.wakeups.pop((namespace, name), None)
+
+
+def _wake_owner(memo: kopf.Memo, namespace: str, labels: dict[str, str]) -> None:
+    experiment = labels.get(naming.LABEL_EXPERIMENT)
+    if experiment and hasattr(memo, "wakeups"):
+        event = memo.wakeups.get((namespace, experiment))
+        if event is not None:
+            event.set()
+
+
+@kopf.on.event("", "v1", "pods", labels={naming.LABEL_ROLE: kopf.PRESENT})
+@kopf.on.event("apps", "v1", "deployments", labels={naming.LABEL_ROLE: naming.ROLE_ENGINE})
+@kopf.on.event("batch", "v1", "jobs", labels={naming.LABEL_ROLE: naming.ROLE_LOADTEST})
+def child_changed(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
+    """A child changed: wake its experiment's daemon instead of waiting for the next poll."""
+    _wake_owner(memo, namespace, labels)
+
+
+@kopf.on.event(naming.GROUP, naming.VERSION, naming.PLURAL)
+def experiment_changed(name: str, namespace: str, body: Any, memo: kopf.Memo, **_: Any) -> None:
+    """A spec change (new generation) wakes the daemon at once."""
+    generation = body.get("metadata", {}).get("generation")
+    observed = (body.get("status") or {}).get("observedGeneration")
+    if generation != observed and hasattr(memo, "wakeups"):
+        event = memo.wakeups.get((namespace, name))
+        if event is not None:
+            event.set()

@@ -1,0 +1,421 @@
+"""One reconcile pass of a ParallelismExperiment: observe -> core ladder -> apply -> write status.
+
+No kopf here (the handlers call this), so the loop can be driven by tests and tools directly.
+Per pass it reads only what the current tier's phase needs (the fleet while a tier waits for
+GPUs, the engine while it deploys, the Job while it load-tests, Prometheus while it collects),
+applies the ladder's idempotent actions, posts its events and writes status with one merge
+patch through the status subresource.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import yaml
+
+from kneepoint.core import reasons
+from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, EnsureLoadTest, PublishRecommendation
+from kneepoint.core.architectures import architecture_from_spec, preset_names
+from kneepoint.core.gpus import find_gpu_type
+from kneepoint.core.ladder import (
+    TERMINAL_TIER_PHASES,
+    Step,
+    derive_phase,
+    measurement_hash,
+    reconcile_step,
+    rfc3339,
+    tier_of,
+)
+from kneepoint.core.observations import LoadTestState, Observations
+from kneepoint.core.spec import ExperimentSpec, SpecError, parse_spec
+from kneepoint.core.status import (
+    TIER_COLLECTING,
+    TIER_DEPLOYING,
+    TIER_LOAD_TESTING,
+    TIER_PENDING,
+    TIER_WAITING,
+    ExperimentStatus,
+    Recommendation,
+    set_condition,
+)
+from kneepoint.core.tiers import Tier
+from kneepoint.kube import manifests, naming, pod_status
+from kneepoint.kube.child_reader import ChildReader
+from kneepoint.kube.child_writer import ChildWriter
+from kneepoint.kube.status_patch import merge_patch
+from kneepoint.metrics.prometheus_reader import PrometheusReader
+from kneepoint.settings import OperatorSettings
+
+log = logging.getLogger("kneepoint.reconciler")
+
+RESERVATION_SECONDS = 120.0
+
+
+@dataclass
+class _Reservation:
+    node: str
+    gpus: int
+    key: str
+    expires: float
+
+
+@dataclass
+class GpuLedger:
+    """GPUs promised to engines just created, until their pods show up (per operator process).
+
+    Together with the lock this prevents two experiments from being promised the same GPUs
+    in the moment between creating a Deployment and its pod being bound.
+    """
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    reservations: dict[str, _Reservation] = field(default_factory=dict)
+
+    def reserved(self, now: float, visible_keys: set[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for key, r in list(self.reservations.items()):
+            if r.expires < now or key in visible_keys:
+                del self.reservations[key]
+                continue
+            out[r.node] = out.get(r.node, 0) + r.gpus
+        return out
+
+    def reserve(self, node: str, gpus: int, key: str, now: float) -> None:
+        self.reservations[key] = _Reservation(node, gpus, key, now + RESERVATION_SECONDS)
+
+
+@dataclass
+class WaitQueue:
+    """FIFO of experiments waiting for GPUs, per GPU product (queue position in status)."""
+
+    entries: dict[str, dict[str, str]] = field(default_factory=dict)
+    """product -> {experiment uid: waitingSince}"""
+
+    def position(self, product: str, uid: str, since: str | None) -> int:
+        queue = self.entries.setdefault(product, {})
+        if uid not in queue:
+            queue[uid] = since or rfc3339(time.time())
+        ordered = sorted(queue.items(), key=lambda kv: (kv[1], kv[0]))
+        return [u for u, _ in ordered].index(uid) + 1
+
+    def peek_position(self, product: str, uid: str) -> int | None:
+        """Position if ``uid`` were to join now (others already waiting go first)."""
+        queue = self.entries.get(product, {})
+        if uid in queue:
+            ordered = sorted(queue.items(), key=lambda kv: (kv[1], kv[0]))
+            return [u for u, _ in ordered].index(uid) + 1
+        return len(queue) + 1 if queue else None
+
+    def leave(self, uid: str) -> None:
+        for queue in self.entries.values():
+            queue.pop(uid, None)
+
+
+def _hf_config_json(arch: Any) -> str:
+    """The resolved architecture as HF config.json keys (what ``kneepoint sim --architecture`` reads)."""
+    data = {
+        "num_hidden_layers": arch.num_layers,
+        "hidden_size": arch.hidden_size,
+        "num_attention_heads": arch.num_attention_heads,
+        "num_key_value_heads": arch.num_key_value_heads,
+        "head_dim": arch.head_dim,
+        "intermediate_size": arch.intermediate_size,
+        "vocab_size": arch.vocab_size,
+        "tie_word_embeddings": arch.tie_word_embeddings,
+    }
+    if getattr(arch, "num_experts", None):
+        data.update(
+            {
+                "num_local_experts": arch.num_experts,
+                "num_experts_per_tok": arch.num_experts_per_token,
+                "moe_intermediate_size": arch.moe_intermediate_size,
+            }
+        )
+    return json.dumps({k: v for k, v in data.items() if v is not None}, sort_keys=True)
+
+
+class Reconciler:
+    """Reconciles experiments; one instance per operator process, shared by all experiments."""
+
+    def __init__(
+        self,
+        reader: ChildReader,
+        writer: ChildWriter,
+        settings: OperatorSettings,
+        prometheus_factory: Callable[[str, float], PrometheusReader] | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.reader = reader
+        self.writer = writer
+        self.settings = settings
+        self.ledger = GpuLedger()
+        self.queue = WaitQueue()
+        self.clock = clock
+        self._prometheus: dict[str, PrometheusReader] = {}
+        self._prometheus_factory = prometheus_factory or (lambda url, interval: PrometheusReader(url, scrape_interval_seconds=interval))
+        self.passes = 0
+        self.errors = 0
+
+    # ------------------------------------------------------------------ entry point
+    async def reconcile(self, name: str, namespace: str) -> float | None:
+        """Run passes until the experiment waits; return seconds until it should be looked at again."""
+        for _ in range(self.settings.max_passes_per_wakeup):
+            body = await self.reader.experiment(namespace, name)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                self.queue.leave((body or {}).get("metadata", {}).get("uid", ""))
+                return None
+            step = await self._pass(body)
+            if step is None:
+                return None
+            if not step.progressed or (step.requeue_after or 0) > 0:
+                return step.requeue_after if step.requeue_after is not None else self.settings.idle_poll_seconds
+        return 0.5
+
+    # ------------------------------------------------------------------ one pass
+    async def _pass(self, body: dict[str, Any]) -> Step | None:
+        self.passes += 1
+        meta = body["metadata"]
+        name, namespace, uid, generation = meta["name"], meta["namespace"], meta["uid"], meta.get("generation", 1)
+        old_status_json = body.get("status") or {}
+        status = ExperimentStatus.from_dict(old_status_json)
+        try:
+            spec = parse_spec(body.get("spec") or {})
+        except SpecError as exc:
+            await self._reject(body, status, exc)
+            return None
+
+        phase = derive_phase(status.conditions)
+        current = next((t for t in status.tiers if t.phase not in TERMINAL_TIER_PHASES), None)
+        needs_fleet = spec.mode == "Measure" and (not status.tiers or (current is not None and current.phase in (TIER_PENDING, TIER_WAITING)))
+        if needs_fleet:
+            # Capacity check and EnsureEngine must not interleave between experiments.
+            async with self.ledger.lock:
+                return await self._observe_step_apply(body, spec, status, old_status_json, generation, phase)
+        return await self._observe_step_apply(body, spec, status, old_status_json, generation, phase)
+
+    async def _observe_step_apply(
+        self, body: dict[str, Any], spec: ExperimentSpec, status: ExperimentStatus, old_json: dict[str, Any], generation: int, phase: str
+    ) -> Step:
+        meta = body["metadata"]
+        name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+        obs, fleet_ctx = await self._observe(name, namespace, uid, spec, status, generation)
+        step = reconcile_step(spec, status, obs, self.settings.ladder, spec_hash=measurement_hash(spec))
+        new_status = step.status
+        owner = manifests.Owner(name, namespace, uid)
+        for action in step.actions:
+            new_status = await self._apply(action, spec, owner, new_status, obs, fleet_ctx)
+        if not any(t.phase == TIER_WAITING for t in new_status.tiers):
+            self.queue.leave(uid)
+        new_json = new_status.to_dict()
+        patch = merge_patch(old_json, new_json)
+        if patch:
+            await self.writer.patch_status(namespace, name, patch)
+        for ev in step.events:
+            log.info("%s/%s: %s: %s", namespace, name, ev.reason, ev.message)
+            await self.writer.post_event(body, ev.reason, ev.message, ev.type)
+        if new_status.phase != derive_phase(status.conditions):
+            log.info("%s/%s: phase %s -> %s", namespace, name, derive_phase(status.conditions), new_status.phase)
+        return dataclasses.replace(step, status=new_status)
+
+    async def _reject(self, body: dict[str, Any], status: ExperimentStatus, exc: SpecError) -> None:
+        meta = body["metadata"]
+        message = "Invalid spec: " + "; ".join(str(e) for e in exc.errors)
+        now = rfc3339(self.clock())
+        gen = meta.get("generation", 1)
+        conds = set_condition(status.conditions, reasons.ACCEPTED, "False", reasons.SPEC_INVALID, message[:1000], now, gen)
+        conds = set_condition(conds, reasons.FAILED, "True", reasons.SPEC_INVALID, message[:1000], now, gen)
+        new = dataclasses.replace(status, conditions=conds, observed_generation=gen, message=message[:300])
+        new = dataclasses.replace(new, phase=derive_phase(new.conditions))
+        patch = merge_patch(body.get("status") or {}, new.to_dict())
+        if patch:
+            await self.writer.patch_status(meta["namespace"], meta["name"], patch)
+            await self.writer.post_event(body, reasons.SPEC_INVALID, message, "Warning")
+            log.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
+
+    # ------------------------------------------------------------------ observe
+    async def _resolve_architecture(self, spec: ExperimentSpec, namespace: str) -> tuple[Any, str | None, str | None]:
+        """(architecture, architecture JSON for simulators, error)."""
+        arch_spec = spec.model.architecture
+        config = None
+        raw = None
+        if arch_spec.config_map_ref is not None:
+            ref = arch_spec.config_map_ref
+            cm = await self.reader.config_map(namespace, ref.name)
+            if cm is None:
+                return None, None, f"spec.model.architecture.configMapRef: ConfigMap {namespace}/{ref.name} not found"
+            raw = (cm.get("data") or {}).get(ref.key)
+            if raw is None:
+                return None, None, f"spec.model.architecture.configMapRef: key {ref.key!r} not in ConfigMap {ref.name}"
+            try:
+                config = json.loads(raw)
+            except ValueError as exc:
+                return None, None, f"spec.model.architecture.configMapRef: {ref.name}/{ref.key} is not JSON ({exc})"
+        try:
+            arch = architecture_from_spec(arch_spec, config, model_name=spec.model.uri)
+        except (KeyError, ValueError) as exc:
+            return None, None, f"spec.model.architecture: {exc}"
+        if arch_spec.preset:
+            return arch, arch_spec.preset, None
+        if raw is not None:
+            return arch, raw, None
+        if arch.name in preset_names():
+            return arch, arch.name, None
+        return arch, _hf_config_json(arch), None
+
+    async def _observe(
+        self, name: str, namespace: str, uid: str, spec: ExperimentSpec, status: ExperimentStatus, generation: int
+    ) -> tuple[Observations, dict[str, Any]]:
+        now = self.clock()
+        current = next((t for t in status.tiers if t.phase not in TERMINAL_TIER_PHASES), None)
+        planning = not status.tiers
+        ctx: dict[str, Any] = {}
+
+        arch = arch_json = arch_error = None
+        gpu = None
+        if planning or (current is not None and current.phase in (TIER_COLLECTING, TIER_PENDING, TIER_WAITING, TIER_DEPLOYING)):
+            arch, arch_json, arch_error = await self._resolve_architecture(spec, namespace)
+        ctx["architecture_json"] = arch_json
+
+        fleet = None
+        queue_position = None
+        needs_fleet = spec.mode == "Measure" and (planning or (current is not None and current.phase in (TIER_PENDING, TIER_WAITING, TIER_DEPLOYING)))
+        product = spec.placement.gpu_product
+        if needs_fleet:
+            nodes = await self.reader.nodes()
+            pods = await self.reader.active_pods_on_nodes()
+            visible = {
+                f"{p['metadata'].get('labels', {}).get(naming.LABEL_EXPERIMENT)}/{p['metadata'].get('labels', {}).get(naming.LABEL_TIER)}"
+                for p in pods
+                if p.get("spec", {}).get("nodeName")
+            }
+            reserved = self.ledger.reserved(now, visible)
+            if product is None:
+                all_view = pod_status.fleet_view(nodes, pods, spec.placement.gpu_resource, None, spec.placement.node_selector, reserved)
+                product = all_view.products()[0] if all_view.products() else None
+            fleet = pod_status.fleet_view(nodes, pods, spec.placement.gpu_resource, product, spec.placement.node_selector, reserved)
+            if current is not None and current.phase in (TIER_PENDING, TIER_WAITING) and product:
+                if current.phase == TIER_WAITING:
+                    queue_position = self.queue.position(product, uid, status.waiting_since)
+                else:
+                    queue_position = self.queue.peek_position(product, uid)
+        ctx["gpu_product"] = product
+        ctx["require_nvlink"] = bool(fleet and fleet.has_nvlink())
+        ctx["queue_product"] = product
+        if product:
+            gpu = find_gpu_type(product)
+        elif spec.mode == "Simulate":
+            gpu = None
+        if planning and gpu is None and arch_error is None:
+            arch_error = (
+                f"spec.placement.gpuProduct {product!r} is not in the GPU catalogue"
+                if product
+                else "no GPU node found and spec.placement.gpuProduct not set (allowed: a GFD product label such as NVIDIA-H200)"
+            )
+
+        engine = load_test = metrics = None
+        if current is not None:
+            tier = tier_of(current)
+            if current.phase in (TIER_DEPLOYING, TIER_LOAD_TESTING):
+                deployment = await self.reader.deployment(namespace, naming.engine_name(name, tier))
+                pods = await self.reader.engine_pods(name, namespace, tier) if deployment else []
+                engine = pod_status.engine_state(deployment, pods)
+            if current.phase == TIER_LOAD_TESTING:
+                attempt = current.attempts or 1
+                job_name = naming.load_test_name(name, tier, attempt)
+                job = await self.reader.job(namespace, job_name)
+                if job is None:
+                    load_test = LoadTestState(attempt=attempt, exists=False)
+                else:
+                    succeeded, failed, message = pod_status.job_outcome(job)
+                    summary = None
+                    if succeeded or failed:
+                        job_pods = await self.reader.job_pods(namespace, job_name)
+                        term = pod_status.termination_message(job_pods, manifests.LOADGEN_CONTAINER)
+                        summary = pod_status.parse_summary(term)
+                        if failed and summary and summary.get("error"):
+                            message = f"{message}; load generator: {summary['error']}"
+                        elif failed and term and not summary:
+                            message = f"{message}; {term[-300:]}"
+                    load_test = LoadTestState(attempt, True, succeeded, failed, summary, message)
+            if current.phase == TIER_COLLECTING:
+                metrics = await self._metrics(spec, name, namespace, tier, current, now)
+
+        obs = Observations(
+            now=now,
+            generation=generation,
+            fleet=fleet,
+            queue_position=queue_position,
+            engine=engine,
+            load_test=load_test,
+            metrics=metrics,
+            plan_error=arch_error,
+            architecture=arch,
+            gpu=gpu,
+        )
+        return obs, ctx
+
+    async def _metrics(self, spec: ExperimentSpec, name: str, namespace: str, tier: Tier, current: Any, now: float) -> Any:
+        from kneepoint.core.ladder import parse_rfc3339
+
+        end = parse_rfc3339(current.load_test_finished_at)
+        start = parse_rfc3339(current.load_test_started_at)
+        if end is None or start is None or now - end < self.settings.ladder.metrics_settle_seconds:
+            return None
+        url = spec.metrics.prometheus_url or self.settings.prometheus_url
+        reader = self._prometheus.get(url)
+        if reader is None:
+            reader = self._prometheus[url] = self._prometheus_factory(url, self.settings.prometheus_scrape_interval_seconds)
+        return await reader.window(namespace, naming.engine_name(name, tier), start, end)
+
+    # ------------------------------------------------------------------ apply
+    async def _apply(
+        self,
+        action: Any,
+        spec: ExperimentSpec,
+        owner: manifests.Owner,
+        status: ExperimentStatus,
+        obs: Observations,
+        ctx: dict[str, Any],
+    ) -> ExperimentStatus:
+        build = manifests.BuildContext(
+            operator_image=self.settings.operator_image,
+            architecture_json=ctx.get("architecture_json"),
+            gpu_product=ctx.get("gpu_product") or spec.placement.gpu_product,
+            require_nvlink=bool(ctx.get("require_nvlink", True)),
+        )
+        if isinstance(action, EnsureEngine):
+            if spec.mode == "Simulate" and not build.gpu_product:
+                build = dataclasses.replace(build, gpu_product=(obs.gpu.product_labels[0] if obs.gpu else None))
+            await self.writer.create(
+                manifests.build_engine_deployment(spec, owner, action.tier, build, action.node_name, action.interconnect)
+            )
+            await self.writer.create(manifests.build_engine_service(spec, owner, action.tier))
+            if spec.mode == "Measure" and action.node_name:
+                self.ledger.reserve(action.node_name, action.tier.gpus, f"{naming.experiment_label_value(owner.name)}/{action.tier.name}", obs.now)
+        elif isinstance(action, EnsureLoadTest):
+            await self.writer.create(manifests.build_load_test_job(spec, owner, action.tier, action.attempt, build))
+        elif isinstance(action, DeleteTier):
+            await self.writer.delete_tier(owner.name, owner.namespace, action.tier, action.keep_engine)
+        elif isinstance(action, DeleteAllChildren):
+            await self.writer.delete_all(owner.name, owner.namespace, action.keep_tier)
+        elif isinstance(action, PublishRecommendation):
+            isvc = manifests.build_inference_service(spec, owner, action.decision)
+            text = yaml.safe_dump(isvc, sort_keys=False)
+            await self.writer.replace_config_map(manifests.build_recommendation_configmap(spec, owner, action.decision, text))
+            predictor = isvc["spec"]["predictor"]
+            status = dataclasses.replace(
+                status,
+                recommendation=Recommendation(
+                    config_map_name=naming.recommendation_name(owner.name),
+                    min_replicas=predictor["minReplicas"],
+                    max_replicas=predictor["maxReplicas"],
+                    scale_metric=predictor["scaleMetric"],
+                    scale_target=predictor["scaleTarget"],
+                ),
+            )
+        return status

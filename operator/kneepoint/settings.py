@@ -1,0 +1,63 @@
+"""Operator-wide settings, read once at start from flags and environment variables.
+
+Grouped like kopf's own configuration: each field documents its unit, default and reason.
+Experiments override the per-experiment ones in their spec (for example
+``spec.metrics.prometheusUrl``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from kneepoint.core.ladder import LadderSettings
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw not in (None, "") else default
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Settings of one operator process."""
+
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    """Default Prometheus base URL when an experiment does not name one (KNEEPOINT_PROMETHEUS_URL)."""
+    prometheus_scrape_interval_seconds: float = 15.0
+    """Scrape interval of that Prometheus; range queries span at least two of them (KNEEPOINT_SCRAPE_INTERVAL)."""
+    operator_image: str = "ghcr.io/kneepoint/kneepoint:0.1.0"
+    """Image with the kneepoint package: load-test Jobs and Simulate-mode engines run it (KNEEPOINT_IMAGE)."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty = all namespaces (the chart can restrict it)."""
+    ladder: LadderSettings = field(default_factory=LadderSettings)
+    """Timing of the ladder (poll intervals, Prometheus settle time and deadline)."""
+    max_passes_per_wakeup: int = 20
+    """Transitions one wake-up may chain (plan -> deploy ...) before yielding to other experiments."""
+    idle_poll_seconds: float = 30.0
+    """How often a finished or idle experiment is looked at again (spec changes also wake it)."""
+    json_logs: bool = False
+    """Log one JSON object per line (KNEEPOINT_LOG_FORMAT=json)."""
+    metrics_port: int = 8080
+    """Port of the operator's own /metrics (0 disables)."""
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> "OperatorSettings":
+        ladder = LadderSettings(
+            poll_seconds=_env_float("KNEEPOINT_POLL_SECONDS", LadderSettings.poll_seconds),
+            waiting_poll_seconds=_env_float("KNEEPOINT_WAITING_POLL_SECONDS", LadderSettings.waiting_poll_seconds),
+            metrics_settle_seconds=_env_float("KNEEPOINT_METRICS_SETTLE_SECONDS", LadderSettings.metrics_settle_seconds),
+            metrics_deadline_seconds=_env_float("KNEEPOINT_METRICS_DEADLINE_SECONDS", LadderSettings.metrics_deadline_seconds),
+        )
+        ns = tuple(n for n in os.environ.get("KNEEPOINT_NAMESPACES", "").split(",") if n)
+        values: dict[str, object] = {
+            "prometheus_url": os.environ.get("KNEEPOINT_PROMETHEUS_URL", cls.prometheus_url),
+            "prometheus_scrape_interval_seconds": _env_float("KNEEPOINT_SCRAPE_INTERVAL", cls.prometheus_scrape_interval_seconds),
+            "operator_image": os.environ.get("KNEEPOINT_IMAGE", cls.operator_image),
+            "namespaces": ns,
+            "ladder": ladder,
+            "json_logs": os.environ.get("KNEEPOINT_LOG_FORMAT", "") == "json",
+            "metrics_port": int(os.environ.get("KNEEPOINT_METRICS_PORT", cls.metrics_port)),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,338 @@
+"""The ladder state machine, driven pass by pass with hand-made observations (no cluster).
+
+Each test plays the reconciler: it feeds what the adapters would observe and checks the
+status, the actions and the events the ladder returns.
+"""
+
+from dataclasses import replace
+
+import pytest
+
+from kneepoint.core import reasons
+from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, EnsureLoadTest, PublishRecommendation
+from kneepoint.core.architectures import get_preset
+from kneepoint.core.gpus import get_gpu_type
+from kneepoint.core.ladder import LadderSettings, measurement_hash, reconcile_step
+from kneepoint.core.observations import (
+    START_CRASH_LOOP,
+    START_OUT_OF_MEMORY,
+    START_UNSCHEDULABLE,
+    DomainCapacity,
+    EngineState,
+    FleetView,
+    LoadTestState,
+    MetricWindow,
+    Observations,
+)
+from kneepoint.core.spec import parse_spec
+from kneepoint.core.status import ExperimentStatus, get_condition
+from kneepoint.core.tiers import Tier
+
+H200 = get_gpu_type("h200")
+SETTINGS = LadderSettings(poll_seconds=5, waiting_poll_seconds=10, metrics_settle_seconds=10, metrics_deadline_seconds=100)
+T0 = 1_800_000_000.0
+
+
+def h200_fleet(free=(8, 8)):
+    return FleetView(
+        tuple(
+            DomainCapacity(f"h200-{i}", "NVIDIA-H200", 8, f, f"h200-{i}-nvl0", 8, "nvlink") for i, f in enumerate(free)
+        )
+    )
+
+
+def make_spec(preset="llama-3-8b", **over):
+    doc = {
+        "model": {"uri": "hf://org/model", "architecture": {"preset": preset}},
+        "tiers": {"tensorParallel": [1, 2, 4, 8]},
+        "load": {"concurrency": 32, "numRequests": 200, "inputLen": 1024, "outputLen": 256},
+        "placement": {"gpuProduct": "NVIDIA-H200"},
+        "capacity": {"peakConcurrency": 320, "redundancyFactor": 1.3},
+    }
+    for key, value in over.items():
+        doc[key] = {**doc.get(key, {}), **value} if isinstance(value, dict) else value
+    return parse_spec(doc)
+
+
+def summary(tok_s, p99_ms, ttft_p95=200.0, error_fraction=0.0, started=T0, finished=T0 + 60):
+    from kneepoint.core.ladder import rfc3339
+
+    return {
+        "v": 1,
+        "ok": True,
+        "outputTokensPerSecond": tok_s,
+        "requestsPerSecond": tok_s / 256,
+        "ttftP50Ms": ttft_p95 / 2,
+        "ttftP95Ms": ttft_p95,
+        "ttftP99Ms": ttft_p95 * 1.2,
+        "latencyP50Ms": p99_ms * 0.8,
+        "latencyP95Ms": p99_ms * 0.95,
+        "latencyP99Ms": p99_ms,
+        "errorFraction": error_fraction,
+        "completed": 200,
+        "startedAt": rfc3339(started),
+        "finishedAt": rfc3339(finished),
+        "durationSeconds": finished - started,
+    }
+
+
+class Driver:
+    """Plays the reconciler: keeps status, time and what the cluster shows."""
+
+    def __init__(self, spec, fleet=None, preset=None):
+        self.spec = spec
+        self.status = ExperimentStatus()
+        self.now = T0
+        self.fleet = fleet if fleet is not None else h200_fleet()
+        self.arch = get_preset(preset or spec.model.architecture.preset)
+        self.log = []
+
+    def step(self, **obs):
+        base = dict(now=self.now, generation=1, fleet=self.fleet, architecture=self.arch, gpu=H200)
+        base.update(obs)
+        result = reconcile_step(self.spec, self.status, Observations(**base), SETTINGS)
+        self.status = result.status
+        self.log.append(result)
+        return result
+
+    def tier(self, name):
+        return self.status.tier(name)
+
+    def measure(self, name, tok_s, p99_ms, kv=0.05, comm=None, fb=125.0):
+        """Take the current tier from Pending to Measured."""
+        r = self.step()
+        assert any(isinstance(a, EnsureEngine) and a.tier.name == name for a in r.actions), r.actions
+        self.now += 30
+        r = self.step(engine=EngineState(exists=True, ready=True, node_name="h200-0"))
+        assert EnsureLoadTest(Tier(int(name[2]), 1), 1) in r.actions or any(isinstance(a, EnsureLoadTest) for a in r.actions)
+        self.now += 70
+        self.step(engine=EngineState(exists=True, ready=True), load_test=LoadTestState(1, True, True, False, summary(tok_s, p99_ms, started=self.now - 65, finished=self.now - 5)))
+        assert self.tier(name).phase == "Collecting"
+        self.now += 20
+        return self.step(metrics=MetricWindow(peak_fb_used_gib=fb, peak_kv_cache_usage=kv, preemptions=0, gpu_utilization=0.9, comm_fraction=comm))
+
+
+def test_plan_skips_tiers_that_cannot_fit_without_deploying():
+    d = Driver(make_spec("llama-3-70b"))
+    r = d.step()
+    phases = {t.name: t.phase for t in d.status.tiers}
+    assert phases == {"tp1-pp1": "Skipped", "tp2-pp1": "Pending", "tp4-pp1": "Pending", "tp8-pp1": "Pending"}
+    tp1 = d.tier("tp1-pp1")
+    assert tp1.does_not_fit and "does not fit" in tp1.reason and "GiB" in tp1.reason
+    assert not any(isinstance(a, EnsureEngine) for a in r.actions)
+    assert any(e.reason == reasons.TIER_SKIPPED for e in r.events)
+    assert get_condition(d.status.conditions, reasons.PLANNED).status == "True"
+    assert d.status.phase == "Profiling" and d.status.measured_spec_hash == measurement_hash(d.spec)
+
+
+def test_small_model_stops_at_tp1_by_memory_headroom_and_cleans_up():
+    d = Driver(make_spec("llama-3-8b"))
+    d.step()  # plan
+    r = d.measure("tp1-pp1", tok_s=4500, p99_ms=9000, kv=0.06)
+    assert d.status.phase == "Decided"
+    dec = d.status.decision
+    assert (dec.tensor_parallel, dec.rule, dec.classification) == (1, "memory-headroom", "single-gpu-enough")
+    assert dec.replicas == 13  # ceil(ceil(320/32) x 1.3)
+    assert [t.phase for t in d.status.tiers] == ["Measured", "Skipped", "Skipped", "Skipped"]
+    tp1 = d.tier("tp1-pp1")
+    # needed = weights + 6 % of the KV pool + overhead: far below what DCGM shows allocated
+    assert 15 < tp1.peak_memory_gi_b < 30 and tp1.allocated_memory_gi_b == 125.0
+    assert tp1.gpu_minutes == pytest.approx((30 + 70 + 20) / 60, rel=0.01)
+    assert DeleteTier(Tier(1, 1)) in r.actions and DeleteAllChildren() in r.actions
+    assert any(isinstance(a, PublishRecommendation) for a in r.actions)
+    assert any(e.reason == reasons.DECISION_MADE for e in r.events)
+    assert d.status.decided_tier == "TP1"
+
+
+def test_large_model_decided_by_throughput_gain():
+    d = Driver(make_spec("llama-3-70b"))
+    d.step()
+    d.measure("tp2-pp1", tok_s=1236, p99_ms=6800, kv=0.2, comm=0.1)
+    assert d.status.phase == "Profiling" and d.status.current_tier == "tp4-pp1"
+    d.measure("tp4-pp1", tok_s=1897, p99_ms=4400, kv=0.1, comm=0.17)
+    d.measure("tp8-pp1", tok_s=2100, p99_ms=4300, kv=0.05, comm=0.3)
+    dec = d.status.decision
+    assert (dec.tensor_parallel, dec.rule, dec.classification) == (4, "throughput-gain", "does-not-fit")
+    assert "TP4 -> TP8" in dec.reason and "stay at TP4" in dec.reason
+    assert d.tier("tp8-pp1").throughput_gain == pytest.approx(2100 / 1897 - 1, abs=1e-3)
+
+
+def test_out_of_memory_at_start_counts_as_does_not_fit_and_the_ladder_goes_on():
+    d = Driver(make_spec("llama-3-8b", tiers={"tensorParallel": [1, 2]}))
+    d.step()
+    d.step()  # deploy tp1
+    d.now += 10
+    r = d.step(engine=EngineState(exists=True, ready=False, start_failure=START_OUT_OF_MEMORY, failure_message="CUDA out of memory"))
+    tp1 = d.tier("tp1-pp1")
+    assert tp1.phase == "Failed" and tp1.does_not_fit and "out of memory" in tp1.reason
+    assert DeleteTier(Tier(1, 1)) in r.actions
+    assert d.status.current_tier == "tp2-pp1"
+
+
+def test_unschedulable_engine_fails_only_after_the_tier_timeout():
+    d = Driver(make_spec("llama-3-8b", budget={"tierTimeoutSeconds": 100}, tiers={"tensorParallel": [1]}))
+    d.step()
+    d.step()
+    pending = EngineState(exists=True, ready=False, start_failure=START_UNSCHEDULABLE, failure_message="0/3 nodes available")
+    d.now += 50
+    d.step(engine=pending)
+    assert d.tier("tp1-pp1").phase == "Deploying"
+    d.now += 60
+    d.step(engine=pending)
+    tp1 = d.tier("tp1-pp1")
+    assert tp1.phase == "Failed" and "Unschedulable" in tp1.reason and not tp1.does_not_fit
+    assert d.status.phase == "Failed"
+    assert get_condition(d.status.conditions, reasons.FAILED).status == "True"
+
+
+def test_crash_loop_fails_after_restarts():
+    d = Driver(make_spec("llama-3-8b", tiers={"tensorParallel": [1]}))
+    d.step()
+    d.step()
+    d.step(engine=EngineState(exists=True, start_failure=START_CRASH_LOOP, failure_message="bad flag", restarts=1))
+    assert d.tier("tp1-pp1").phase == "Deploying"
+    d.step(engine=EngineState(exists=True, start_failure=START_CRASH_LOOP, failure_message="bad flag", restarts=3))
+    assert d.tier("tp1-pp1").phase == "Failed" and "CrashLoopBackOff" in d.tier("tp1-pp1").reason
+
+
+def test_load_test_errors_are_retried_then_fail_the_tier():
+    d = Driver(make_spec("llama-3-8b", tiers={"tensorParallel": [1]}, load={"maxAttempts": 2, "maxErrorFraction": 0.05}))
+    d.step()
+    d.step()
+    ready = EngineState(exists=True, ready=True)
+    d.step(engine=ready)
+    r = d.step(engine=ready, load_test=LoadTestState(1, True, True, False, summary(100, 100, error_fraction=0.4)))
+    assert EnsureLoadTest(Tier(1, 1), 2) in r.actions
+    assert d.tier("tp1-pp1").attempts == 2 and any(e.reason == reasons.LOAD_TEST_RETRIED for e in r.events)
+    r = d.step(engine=ready, load_test=LoadTestState(2, True, False, True, None, "BackoffLimitExceeded"))
+    tp1 = d.tier("tp1-pp1")
+    assert tp1.phase == "Failed" and "after 2 attempt(s)" in tp1.reason
+
+
+def test_prometheus_unreachable_is_retried_then_rules_are_not_evaluated():
+    d = Driver(make_spec("llama-3-8b", tiers={"tensorParallel": [1]}))
+    d.step()
+    d.step()
+    d.now += 5
+    d.step(engine=EngineState(exists=True, ready=True))
+    d.now += 60
+    d.step(engine=EngineState(exists=True, ready=True), load_test=LoadTestState(1, True, True, False, summary(4000, 9000, started=d.now - 50, finished=d.now)))
+    d.now += 5
+    r = d.step(metrics=None)  # still settling
+    assert d.tier("tp1-pp1").phase == "Collecting" and r.requeue_after == pytest.approx(5)
+    d.now += 10
+    d.step(metrics=MetricWindow(error="ConnectionError: refused"))
+    cond = get_condition(d.status.conditions, reasons.METRICS_AVAILABLE)
+    assert cond.status == "False" and cond.reason == reasons.PROMETHEUS_UNREACHABLE
+    assert d.tier("tp1-pp1").phase == "Collecting"
+    d.now += 100
+    d.step(metrics=MetricWindow(error="ConnectionError: refused"))
+    tp1 = d.tier("tp1-pp1")
+    assert tp1.phase == "Measured" and "vllm:kv_cache_usage_perc" in tp1.missing_metrics
+    assert d.status.phase == "Decided"
+    # Without measured memory the memory rule could not be evaluated, and the decision says so.
+    assert d.status.decision.rule == "only-tier"
+    assert "memory-headroom" in (d.status.decision.unevaluated_rules or ())
+
+
+def test_waits_for_free_gpus_with_a_queue_position():
+    d = Driver(make_spec("llama-3-70b"), fleet=h200_fleet(free=(1, 0)))
+    d.step()
+    r = d.step(queue_position=2)
+    assert d.tier("tp2-pp1").phase == "Waiting" and not any(isinstance(a, EnsureEngine) for a in r.actions)
+    assert "2 free NVLink-connected GPU(s)" in d.status.waiting_for and d.status.queue_position == 2
+    assert d.status.waiting_since is not None
+    d.fleet = h200_fleet(free=(2, 0))
+    d.step(queue_position=2)  # GPUs free but someone is ahead
+    assert d.tier("tp2-pp1").phase == "Waiting" and "position 2" in d.status.waiting_for
+    r = d.step(queue_position=1)
+    assert d.tier("tp2-pp1").phase == "Deploying" and EnsureEngine(Tier(2, 1), "h200-0", "nvlink") in r.actions
+    assert d.status.waiting_for is None and d.status.waiting_since is None
+
+
+def test_tiers_larger_than_any_node_are_skipped_at_plan_time():
+    fleet = FleetView((DomainCapacity("l40s-0", "NVIDIA-L40S", 4, 4, None, 1, "pcie"),))
+    d = Driver(make_spec("llama-3-8b"), fleet=fleet)
+    d.step()
+    tp8 = d.tier("tp8-pp1")
+    assert tp8.phase == "Skipped" and "largest matching node has 4" in tp8.reason
+    assert d.tier("tp2-pp1").phase == "Pending"  # PCIe fleet: TP stays inside the node
+
+
+def test_budget_stops_the_ladder_before_a_tier_that_would_exceed_it():
+    d = Driver(make_spec("llama-3-70b", budget={"maxGpuHours": 0.1}))  # 6 GPU-minutes
+    d.step()
+    d.measure("tp2-pp1", tok_s=1236, p99_ms=6800)  # 2 GPUs x 2 min = 4 GPU-min
+    assert d.status.phase == "Profiling"
+    r = d.step()  # TP4 would take 4 x 2 min more: over the 6 GPU-minute cap
+    assert any(e.reason == reasons.BUDGET_EXHAUSTED for e in r.events)
+    dec = d.status.decision
+    assert d.status.phase == "Decided" and dec.rule == "budget" and dec.tensor_parallel == 2
+    assert d.tier("tp4-pp1").phase == "Skipped" and "budget" in d.tier("tp4-pp1").reason
+
+
+def test_repeating_a_pass_after_a_crash_repeats_only_idempotent_actions():
+    d = Driver(make_spec("llama-3-8b"))
+    d.step()
+    before = d.status
+    first = d.step()
+    # Crash before the status write: the same input gives the same action (a create of the same name).
+    d.status = before
+    again = d.step()
+    assert first.actions == again.actions
+    # Crash after the status write but before the create: the next pass ensures the engine again.
+    r = d.step(engine=EngineState(exists=False))
+    assert EnsureEngine(Tier(1, 1), "h200-0") in r.actions or any(isinstance(a, EnsureEngine) for a in r.actions)
+
+
+def test_measured_tiers_are_never_measured_again():
+    d = Driver(make_spec("llama-3-70b"))
+    d.step()
+    d.measure("tp2-pp1", tok_s=1236, p99_ms=6800)
+    tp2 = d.tier("tp2-pp1")
+    for _ in range(3):
+        r = d.step()
+        assert not any(isinstance(a, (EnsureEngine, EnsureLoadTest)) and a.tier == Tier(2, 1) for a in r.actions)
+    assert d.tier("tp2-pp1") == replace(tp2, throughput_gain=d.tier("tp2-pp1").throughput_gain, cost_per_million_tokens=d.tier("tp2-pp1").cost_per_million_tokens)
+
+
+def test_rule_change_after_decision_re_decides_without_measuring():
+    d = Driver(make_spec("llama-3-70b"))
+    d.step()
+    d.measure("tp2-pp1", tok_s=1236, p99_ms=6800)
+    d.measure("tp4-pp1", tok_s=1897, p99_ms=4400)
+    d.measure("tp8-pp1", tok_s=2100, p99_ms=4300)
+    assert d.status.decision.tensor_parallel == 4
+    d.spec = replace(d.spec, stop_rules=replace(d.spec.stop_rules, min_throughput_gain=0.6))
+    r = d.step(generation=2)
+    assert d.status.decision.tensor_parallel == 2 and d.status.decision.rule == "throughput-gain"
+    assert not any(isinstance(a, EnsureEngine) for a in r.actions)
+    assert any(e.reason == reasons.DECISION_UPDATED for e in r.events)
+
+
+def test_measurement_change_restarts_the_ladder():
+    d = Driver(make_spec("llama-3-70b"))
+    d.step()
+    d.measure("tp2-pp1", tok_s=1236, p99_ms=6800)
+    d.spec = replace(d.spec, load=replace(d.spec.load, concurrency=64))
+    r = d.step(generation=2)
+    assert DeleteAllChildren() in r.actions and any(e.reason == reasons.SPEC_CHANGED for e in r.events)
+    assert d.status.tiers == () and d.status.gpu_minutes_total > 0  # spent minutes are kept
+    d.step(generation=2)
+    assert d.tier("tp2-pp1").phase == "Pending"
+
+
+def test_plan_error_fails_with_the_reason():
+    d = Driver(make_spec("llama-3-8b"))
+    d.step(architecture=None, plan_error="spec.model.architecture.configMapRef: ConfigMap ns/cfg not found")
+    assert d.status.phase == "Failed"
+    assert "ConfigMap ns/cfg not found" in get_condition(d.status.conditions, reasons.FAILED).message
+
+
+def test_simulate_mode_needs_no_fleet_and_marks_results_simulated():
+    d = Driver(make_spec("llama-3-8b", mode="Simulate", tiers={"tensorParallel": [1]}), fleet=None)
+    d.fleet = None
+    d.step(fleet=None)
+    r = d.step(fleet=None)
+    assert any(isinstance(a, EnsureEngine) for a in r.actions)
+    assert d.status.simulated and d.tier("tp1-pp1").simulated
