@@ -134,6 +134,9 @@ class Runner:
                     self._pod_removed(uid)
             elif event == "DELETED":
                 self._pod_removed(obj["metadata"]["uid"])
+            if event == "SYNCED" and "pods" not in self.synced:
+                for item in obj["items"]:
+                    self.pool.skip_past(str((item.get("status") or {}).get("podIP") or ""))
             self._apply(self.pods, event, obj, lambda o: o["metadata"]["uid"])
             changed = obj["items"] if event == "SYNCED" else ([obj] if event != "DELETED" else [])
         if event == "SYNCED" and kind not in self.synced:
@@ -203,7 +206,14 @@ async def _main(kubeconfig: Path, settings: RunnerSettings, pod_cidr: str, clust
 @click.command()
 @click.option("--kubeconfig", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Kubeconfig the runner acts with (the sandbox's admin one).")
 @click.option("--state-dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Sandbox state dir; container logs go to <state-dir>/pods/.")
-@click.option("--pod-cidr", default=DEFAULT_POD_CIDR, show_default=True, help="Loopback range for pod addresses (inside 127.0.0.0/8, apart from KWOK's --cidr).")
+@click.option(
+    "--pod-cidr",
+    default=DEFAULT_POD_CIDR,
+    show_default=True,
+    envvar="KNEEPOINT_SANDBOX_POD_CIDR",
+    help="Loopback range for pod addresses (inside 127.0.0.0/8, apart from KWOK's --cidr); "
+    "env KNEEPOINT_SANDBOX_POD_CIDR. Two sandboxes side by side need two ranges.",
+)
 @click.option("--host-ip", default="127.0.0.1", show_default=True, help="status.hostIP of every pod (the nodes' address).")
 @click.option("--cluster-domain", default=DEFAULT_CLUSTER_DOMAIN, show_default=True, help="DNS suffix of Service names in KNEEPOINT_RESOLVE.")
 @click.option("--crash-backoff-seconds", default=10.0, show_default=True, type=click.FloatRange(min=0), help="First CrashLoopBackOff delay; doubles per crash.")

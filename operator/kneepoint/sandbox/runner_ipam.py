@@ -98,6 +98,18 @@ class LoopbackPool:
         self._take(key, value)
         return True
 
+    def skip_past(self, address: str) -> None:
+        """Continue round-robin after ``address`` if it lies beyond the current position.
+
+        A restarted runner calls it with the addresses finished pods still show, so new
+        pods do not get those addresses first.
+        """
+        if address not in self:
+            return
+        value = int(ipaddress.ip_address(address))
+        if self._first <= value <= self._last and value >= self._next:
+            self._next = value + 1 if value < self._last else self._first
+
     def release(self, key: str) -> None:
         """Free the address ``key`` holds (no-op when it holds none)."""
         value = self._by_key.pop(key, None)

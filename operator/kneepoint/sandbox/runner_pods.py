@@ -286,9 +286,10 @@ class PodSupervisor:
                 plan = await self._plan(spec)
             except (ContainerConfigError, ContainerCommandError) as exc:
                 reason = "CreateContainerConfigError" if isinstance(exc, ContainerConfigError) else "CreateContainerError"
+                if (record.state, record.reason, record.message) != ("waiting", reason, str(exc)):
+                    log.info("Container not started pod=%s/%s container=%s reason=%s message=%s", self.namespace, self.name, record.name, reason, exc)
                 record.wait(reason, str(exc))
                 self._mark_dirty()
-                log.info("Container not started pod=%s/%s container=%s reason=%s message=%s", self.namespace, self.name, record.name, reason, exc)
                 await self._sleep_unless_deleting(self._backoff(failures))
                 failures += 1
                 continue
@@ -440,7 +441,8 @@ class PodSupervisor:
             RESOLVE_ENV: resolve.env_value(),
         }
         forced_env = {**self.settings.inherited_env, "TERMINATION_MESSAGE_PATH": str(self.runtime_dir / f"{spec['name']}.termination-log")}
-        kubeconfig = await self._service_account_kubeconfig()
+        # A pretend container runs nothing, so it needs no credentials.
+        kubeconfig = None if classify_container(spec) == PRETEND else await self._service_account_kubeconfig()
         if kubeconfig is not None:
             forced_env["KUBECONFIG"] = str(kubeconfig)
         return plan_container(

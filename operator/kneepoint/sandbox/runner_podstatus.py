@@ -216,10 +216,9 @@ def _condition(previous: Mapping[str, Mapping[str, Any]], kind: str, status: boo
         "lastProbeTime": None,
         "lastTransitionTime": now if changed or not before.get("lastTransitionTime") else before["lastTransitionTime"],
     }
-    if reason and not status:
-        out["reason"] = reason
-    if message and not status:
-        out["message"] = message
+    # Always present: in a strategic-merge patch an absent key would keep a stale value.
+    out["reason"] = reason if reason and not status else None
+    out["message"] = message if message and not status else None
     if generation is not None:
         out["observedGeneration"] = generation
     return out

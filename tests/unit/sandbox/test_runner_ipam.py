@@ -52,3 +52,13 @@ def test_no_address_is_held_twice(operations: list[tuple[bool, int]]) -> None:
             pool.release(key)
             held.pop(key, None)
         assert len(set(held.values())) == len(held) == len(pool)
+
+
+def test_skip_past_moves_round_robin_beyond_old_addresses() -> None:
+    pool = LoopbackPool("127.2.0.0/29")
+    pool.skip_past("127.2.0.3")
+    pool.skip_past("127.2.0.2")  # behind the position: no effect
+    pool.skip_past("10.0.0.1")
+    assert pool.allocate("a") == "127.2.0.4"
+    pool.skip_past("127.2.0.6")
+    assert pool.allocate("b") == "127.2.0.1"

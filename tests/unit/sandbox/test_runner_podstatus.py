@@ -137,6 +137,9 @@ def test_unready_and_completed_reasons() -> None:
     assert cond["Ready"]["message"] == "containers with unready status: [c]"
     cond = conditions(build_status_patch(pod(), observe([terminated(0)], "Succeeded"), T1))
     assert cond["Ready"]["reason"] == "PodCompleted" and cond["PodReadyToStartContainers"]["status"] == "False"
+    # Stale reason/message of an earlier patch must be cleared explicitly (strategic merge keeps absent keys).
+    assert cond["Ready"]["message"] is None
+    assert conditions(build_status_patch(pod(), observe([running()]), T1))["Ready"]["reason"] is None
 
 
 def test_readiness_gates_hold_ready_back() -> None:
