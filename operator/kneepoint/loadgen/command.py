@@ -242,8 +242,8 @@ async def _run_phase(runner: Any, config: LoadgenConfig, phase: str, label: str,
                 pass
 
 
-async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> tuple[list[Any], list[Any], int]:
-    """Warm up, then run every repeat. Returns (repeat summaries, raw records per repeat, workers)."""
+async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> tuple[list[Any], list[Any], int, str]:
+    """Warm up, then run every repeat. Returns (repeat summaries, raw records per repeat, workers, model)."""
     from kneepoint.loadgen.runner import LocalRunner, RunSettings
     from kneepoint.loadgen.worker_pool import WorkerPool, WorkerError
 
@@ -295,7 +295,7 @@ async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> tuple[
         raise RunFailure(str(error)) from None
     finally:
         await runner.close()
-    return summaries, raw, workers
+    return summaries, raw, workers, model
 
 
 def _write_termination_message(text: str) -> str | None:
@@ -360,7 +360,7 @@ def command(**options: Any) -> None:
         except TokenizerFileError as error:
             raise OneLineUsageError(str(error)) from None
     try:
-        repeats, raw, workers = asyncio.run(run_load(config, tokenizer))
+        repeats, raw, workers, model = asyncio.run(run_load(config, tokenizer))
     except RunFailure as error:
         click.echo(f"kneepoint loadgen: FAILED: {error}", err=True)
         _write_termination_message(json.dumps({"v": 1, "ok": False, "error": str(error)[:400]}))
@@ -382,7 +382,7 @@ def command(**options: Any) -> None:
     )
     _write_termination_message(fit_termination_message(summary))
     if config.save_json:
-        document = SavedRun(dict(config.to_json(), workers=workers), summary, choice, repeats, raw).to_json()
+        document = SavedRun(dict(config.to_json(), model=model, workers=workers), summary, choice, repeats, raw).to_json()
         with open(config.save_json, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=1)
             handle.write("\n")

@@ -23,7 +23,13 @@ class FileTokenizer:
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer
         special = set(tokenizer.get_added_tokens_decoder())
-        self._sample_ids = [i for i in range(tokenizer.get_vocab_size(with_added_tokens=True)) if i not in special]
+        candidates = [i for i in range(tokenizer.get_vocab_size(with_added_tokens=True)) if i not in special]
+        # Keep tokens that survive decode -> encode alone: byte fragments of a UTF-8
+        # character decode to U+FFFD and re-encode differently, which keeps the length
+        # correction in workload.tokenizer_prompt from converging.
+        texts = tokenizer.decode_batch([[i] for i in candidates], skip_special_tokens=True)
+        encoded = tokenizer.encode_batch(texts, add_special_tokens=False)
+        self._sample_ids = [i for i, text, enc in zip(candidates, texts, encoded) if text and enc.ids == [i]]
         if not self._sample_ids:
             raise TokenizerFileError("--tokenizer: the vocabulary holds no ordinary tokens")
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 
-# Measured (benchmarks/loadgen_client_capacity.py, docs/loadgen.md): concurrent streams one
-# worker process drives before its CPU median approaches one core at the simulator's token
-# rates; above it, auto starts more processes.
-CONCURRENCY_PER_WORKER = 256
+# From benchmarks/loadgen_client_capacity.py (docs/loadgen.md, "Workers"): one process
+# spends ~43 us of CPU per streamed chunk, so half a core handles ~11,700 chunks/s, i.e.
+# ~99 streams at 119 chunks/s each (the fastest per-stream rate in our H200 data at high
+# batch). Above this many streams, auto starts another process.
+CONCURRENCY_PER_WORKER = 100
 MAX_WORKERS = 64
 
 

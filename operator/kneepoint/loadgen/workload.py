@@ -43,7 +43,7 @@ SYNTHETIC_WORDS = tuple(
 )
 
 # How many decode/encode rounds the tokenizer generator tries before taking its best effort.
-_MAX_ROUNDS = 10
+_MAX_ROUNDS = 20
 
 
 class Tokenizer(Protocol):

@@ -64,7 +64,7 @@ class StubServer:
         if model == "http400":
             return web.json_response({"error": {"message": "bad request"}}, status=400)
         if model == "hang":
-            await asyncio.sleep(3600)
+            await asyncio.sleep(60)
         tokens = asked // 2 if model == "short" else asked
         await asyncio.sleep(self.ttft_ms / 1000.0)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens}
@@ -104,7 +104,8 @@ class StubServer:
 
 async def start_stub(server: StubServer, port: int = 0) -> tuple[web.AppRunner, int]:
     """Serve on 127.0.0.1 (port 0 = any free port); returns the runner and the port."""
-    runner = web.AppRunner(server.app(), access_log=None)
+    # handler_cancellation: a client that gives up (timeout) ends the "hang" handler too.
+    runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
