@@ -50,11 +50,18 @@ from kneepoint.kube.child_reader import ChildReader
 from kneepoint.kube.child_writer import ChildWriter
 from kneepoint.kube.status_patch import merge_patch
 from kneepoint.metrics.prometheus_reader import PrometheusReader
+from kneepoint.operator_metrics import OperatorMetrics
 from kneepoint.settings import OperatorSettings
 
 log = logging.getLogger("kneepoint.reconciler")
 
 RESERVATION_SECONDS = 120.0
+_TIER_FAILURE_REASONS = (
+    reasons.TIER_OUT_OF_MEMORY,
+    reasons.TIER_START_FAILED,
+    reasons.TIER_UNSCHEDULABLE,
+    reasons.LOAD_TEST_FAILED,
+)
 
 
 @dataclass
@@ -149,6 +156,7 @@ class Reconciler:
         settings: OperatorSettings,
         prometheus_factory: Callable[[str, float], PrometheusReader] | None = None,
         clock: Callable[[], float] = time.time,
+        metrics: OperatorMetrics | None = None,
     ):
         self.reader = reader
         self.writer = writer
@@ -158,6 +166,7 @@ class Reconciler:
         self.clock = clock
         self._prometheus: dict[str, PrometheusReader] = {}
         self._prometheus_factory = prometheus_factory or (lambda url, interval: PrometheusReader(url, scrape_interval_seconds=interval))
+        self.metrics = metrics or OperatorMetrics()
         self.passes = 0
         self.errors = 0
 
@@ -167,9 +176,19 @@ class Reconciler:
         for _ in range(self.settings.max_passes_per_wakeup):
             body = await self.reader.experiment(namespace, name)
             if body is None or body["metadata"].get("deletionTimestamp"):
-                self.queue.leave((body or {}).get("metadata", {}).get("uid", ""))
+                uid = (body or {}).get("metadata", {}).get("uid", "")
+                self.queue.leave(uid)
+                self.metrics.set_phase(uid, None)
                 return None
-            step = await self._pass(body)
+            started = time.perf_counter()
+            try:
+                step = await self._pass(body)
+            except Exception:
+                self.metrics.errors.inc()
+                raise
+            finally:
+                self.metrics.duration.observe(time.perf_counter() - started)
+                self.metrics.passes.inc()
             if step is None:
                 return None
             if not step.progressed or (step.requeue_after or 0) > 0:
@@ -220,7 +239,23 @@ class Reconciler:
             await self.writer.post_event(body, ev.reason, ev.message, ev.type)
         if new_status.phase != derive_phase(status.conditions):
             log.info("%s/%s: phase %s -> %s", namespace, name, derive_phase(status.conditions), new_status.phase)
+        self._record_metrics(spec, uid, status, new_status, step)
         return dataclasses.replace(step, status=new_status)
+
+    def _record_metrics(self, spec: ExperimentSpec, uid: str, old: ExperimentStatus, new: ExperimentStatus, step: Step) -> None:
+        m = self.metrics
+        m.set_phase(uid, new.phase)
+        mode = spec.mode
+        for ev in step.events:
+            if ev.reason == reasons.TIER_MEASURED:
+                m.tiers_measured.labels(mode).inc()
+            elif ev.type == "Warning" and ev.reason in _TIER_FAILURE_REASONS:
+                m.tiers_failed.labels(mode).inc()
+            elif ev.reason == reasons.DECISION_MADE and new.decision is not None:
+                m.decisions.labels(new.decision.rule).inc()
+        delta = (new.gpu_minutes_total or 0.0) - (old.gpu_minutes_total or 0.0)
+        if mode == "Measure" and delta > 0:
+            m.gpu_minutes.inc(delta)
 
     async def _reject(self, body: dict[str, Any], status: ExperimentStatus, exc: SpecError) -> None:
         meta = body["metadata"]

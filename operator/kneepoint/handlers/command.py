@@ -17,9 +17,18 @@ from kneepoint.settings import OperatorSettings
 @click.option("--prometheus-url", default=None, help="Default Prometheus URL for experiments that do not name one.")
 @click.option("--image", default=None, help="Image for load-test Jobs and Simulate-mode engines.")
 @click.option("--scrape-interval", type=float, default=None, help="Scrape interval of that Prometheus, seconds.")
+@click.option("--metrics-port", type=int, default=None, help="Port of the operator's own /metrics (0 disables; default 8080).")
 @click.option("--json-logs", is_flag=True, default=False, help="Log one JSON object per line.")
 @click.option("--verbose", "-v", is_flag=True, default=False, help="Debug logging.")
-def command(namespaces: tuple[str, ...], prometheus_url: str | None, image: str | None, scrape_interval: float | None, json_logs: bool, verbose: bool) -> None:
+def command(
+    namespaces: tuple[str, ...],
+    prometheus_url: str | None,
+    image: str | None,
+    scrape_interval: float | None,
+    metrics_port: int | None,
+    json_logs: bool,
+    verbose: bool,
+) -> None:
     """Run the kneepoint operator against the current kube context (or in-cluster config)."""
     settings = OperatorSettings.from_env(
         prometheus_url=prometheus_url,
@@ -27,6 +36,7 @@ def command(namespaces: tuple[str, ...], prometheus_url: str | None, image: str 
         namespaces=namespaces or None,
         prometheus_scrape_interval_seconds=scrape_interval,
         json_logs=json_logs or None,
+        metrics_port=metrics_port,
     )
     from kneepoint.handlers import logs
 

@@ -17,6 +17,7 @@ from kubernetes import client, config
 from kneepoint.kube import naming
 from kneepoint.kube.child_reader import ChildReader
 from kneepoint.kube.child_writer import ChildWriter
+from kneepoint.operator_metrics import OperatorMetrics
 from kneepoint.reconciler import Reconciler
 from kneepoint.settings import OperatorSettings
 
@@ -44,7 +45,18 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     operator_settings: OperatorSettings = memo.get("operator_settings") or OperatorSettings.from_env()
     api = _api_client()
     memo.operator_settings = operator_settings
-    memo.reconciler = Reconciler(ChildReader(api), ChildWriter(api), operator_settings)
+    metrics = OperatorMetrics()
+    count = metrics.api_requests
+    memo.reconciler = Reconciler(
+        ChildReader(api, on_request=lambda method: count.labels(method).inc()),
+        ChildWriter(api, on_request=lambda method: count.labels(method).inc()),
+        operator_settings,
+        metrics=metrics,
+    )
+    try:
+        metrics.serve(operator_settings.metrics_port)
+    except OSError as exc:
+        log.warning("Operator metrics not served on port %d: %s", operator_settings.metrics_port, exc)
     memo.wakeups = {}
     log.info(
         "Operator started: Prometheus %s, image %s, namespaces %s",
@@ -83,7 +95,6 @@ async def run_experiment(name: str, namespace: str, memo: kopf.Memo, stopped: An
             delay = await reconciler.reconcile(name, namespace)
             backoff = ERROR_BACKOFF_SECONDS
         except Exception:  # the API server restarting, a 409 on status: try again later
-            reconciler.errors += 1
             log.exception("%s/%s: reconcile failed; retrying in %.0f s", namespace, name, backoff)
             delay, backoff = backoff, min(backoff * 2, 300.0)
         await _sleep(wake, stopped, memo.operator_settings.idle_poll_seconds if delay is None else delay)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Callable
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -25,13 +25,16 @@ def _json(resp: Any) -> dict[str, Any]:
 class ChildReader:
     """Read-only API access for one operator process."""
 
-    def __init__(self, api_client: client.ApiClient):
+    def __init__(self, api_client: client.ApiClient, on_request: Callable[[str], None] | None = None):
+        self.on_request = on_request or (lambda method: None)
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        self.on_request(getattr(fn, "__name__", "call"))
+
         def run() -> dict[str, Any] | None:
             try:
                 return _json(fn(*args, _preload_content=False, **kwargs))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -24,7 +24,10 @@ log = logging.getLogger("kneepoint.kube")
 class ChildWriter:
     """Write access for one operator process."""
 
-    def __init__(self, api_client: client.ApiClient, component: str = "kneepoint-operator"):
+    def __init__(
+        self, api_client: client.ApiClient, component: str = "kneepoint-operator", on_request: Callable[[str], None] | None = None
+    ):
+        self.on_request = on_request or (lambda method: None)
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
@@ -40,6 +43,8 @@ class ChildWriter:
             "Job": self.batch.create_namespaced_job,
             "ConfigMap": self.core.create_namespaced_config_map,
         }[kind]
+
+        self.on_request(fn.__name__)
 
         def run() -> bool:
             try:
@@ -58,6 +63,7 @@ class ChildWriter:
     async def replace_config_map(self, body: dict[str, Any]) -> None:
         """Create or replace a ConfigMap (the recommendation changes when the decision is re-made)."""
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        self.on_request("create_namespaced_config_map")
 
         def run() -> None:
             try:
@@ -84,6 +90,7 @@ class ChildWriter:
             deleted = 0
             for kind in kinds:
                 list_fn, delete_fn = listing[kind]
+                self.on_request(list_fn.__name__)
                 for item in list_fn(namespace, label_selector=selector).items:
                     name = item.metadata.name
                     if keep and name in keep:
@@ -91,6 +98,7 @@ class ChildWriter:
                     if item.metadata.deletion_timestamp:
                         continue
                     try:
+                        self.on_request(delete_fn.__name__)
                         delete_fn(name, namespace, body=body)
                         deleted += 1
                     except ApiException as exc:
@@ -115,6 +123,7 @@ class ChildWriter:
 
     async def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """Merge-patch the experiment's status subresource."""
+        self.on_request("patch_namespaced_custom_object_status")
 
         def run() -> None:
             self.custom.patch_namespaced_custom_object_status(
@@ -146,6 +155,8 @@ class ChildWriter:
             "reportingComponent": self.component,
             "reportingInstance": self.component,
         }
+
+        self.on_request("create_namespaced_event")
 
         def run() -> None:
             try:

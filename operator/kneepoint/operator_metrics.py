@@ -1,0 +1,55 @@
+"""The operator's own Prometheus metrics (served on ``--metrics-port``, default 8080).
+
+What a platform team watches: experiments by phase, tiers measured, GPU-minutes spent,
+reconcile passes, errors and durations, and Kubernetes API requests by client method
+(the figure that shows the operator does not poll the API in a loop).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+PHASES = ("Pending", "Planning", "Profiling", "Decided", "Failed")
+
+
+class OperatorMetrics:
+    """One registry per operator process (tests create their own)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        self.experiments = Gauge("kneepoint_experiments", "Experiments known to this operator, by phase.", ["phase"], registry=self.registry)
+        self.tiers_measured = Counter("kneepoint_tiers_measured_total", "Tiers that reached Measured.", ["mode"], registry=self.registry)
+        self.tiers_failed = Counter("kneepoint_tiers_failed_total", "Tiers that ended Failed.", ["mode"], registry=self.registry)
+        self.gpu_minutes = Counter("kneepoint_gpu_minutes_total", "GPU-minutes held by engine tiers (Measure mode).", registry=self.registry)
+        self.passes = Counter("kneepoint_reconcile_passes_total", "Reconcile passes.", registry=self.registry)
+        self.errors = Counter("kneepoint_reconcile_errors_total", "Reconcile passes that raised.", registry=self.registry)
+        self.duration = Histogram(
+            "kneepoint_reconcile_duration_seconds",
+            "Duration of one reconcile pass (observe, step, apply, write).",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        self.api_requests = Counter(
+            "kneepoint_api_requests_total",
+            "Kubernetes API requests made by the reconciler, by client method (read_namespaced_job, ...).",
+            ["method"],
+            registry=self.registry,
+        )
+        self.decisions = Counter("kneepoint_decisions_total", "Decisions made, by rule.", ["rule"], registry=self.registry)
+        self._phases: dict[str, str] = {}
+        for phase in PHASES:
+            self.experiments.labels(phase).set(0)
+
+    def set_phase(self, uid: str, phase: str | None) -> None:
+        """Record an experiment's phase (None when it is gone) and refresh the gauge."""
+        if phase is None:
+            self._phases.pop(uid, None)
+        else:
+            self._phases[uid] = phase
+        for p in PHASES:
+            self.experiments.labels(p).set(sum(1 for v in self._phases.values() if v == p))
+
+    def serve(self, port: int) -> None:
+        """Serve /metrics on 0.0.0.0:port in a background thread (0 disables)."""
+        if port:
+            start_http_server(port, registry=self.registry)
