@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,9 +73,17 @@ def ensure_all(env: Mapping[str, str] | None = None, say: Say = say_flush) -> Bi
     """Build or fetch whatever is missing and return the paths of every binary."""
     env = dict(os.environ if env is None else env)
     builds = {b.name: b for b in pins.all_builds()}
+    started = time.monotonic()
+    built = False
     for build in builds.values():
+        built = bool(missing_binaries(build, env)) or built
         ensure_go_build(build, env, say)
-    prometheus = ensure_prometheus(env, say)
+    if built:
+        say(f"[sandbox] all binaries ready after {_fmt(time.monotonic() - started)} (cached for later runs)")
+    return _paths(builds, env)
+
+
+def _paths(builds: Mapping[str, pins.GoBuild], env: Mapping[str, str]) -> Binaries:
     k8s = bin_dir(builds["k8s"], env)
     return Binaries(
         etcd=bin_dir(builds["etcd"], env) / "etcd",
@@ -84,7 +92,7 @@ def ensure_all(env: Mapping[str, str] | None = None, say: Say = say_flush) -> Bi
         kube_scheduler=k8s / "kube-scheduler",
         kubectl=k8s / "kubectl",
         kwok=bin_dir(builds["kwok"], env) / "kwok",
-        prometheus=prometheus,
+        prometheus=bin_dir(builds["prometheus"], env) / "prometheus",
     )
 
 
@@ -94,19 +102,7 @@ def find_all(env: Mapping[str, str] | None = None) -> Binaries | None:
     builds = {b.name: b for b in pins.all_builds()}
     if any(missing_binaries(b, env) for b in builds.values()):
         return None
-    prometheus = find_prometheus(env)
-    if prometheus is None:
-        return None
-    k8s = bin_dir(builds["k8s"], env)
-    return Binaries(
-        etcd=bin_dir(builds["etcd"], env) / "etcd",
-        kube_apiserver=k8s / "kube-apiserver",
-        kube_controller_manager=k8s / "kube-controller-manager",
-        kube_scheduler=k8s / "kube-scheduler",
-        kubectl=k8s / "kubectl",
-        kwok=bin_dir(builds["kwok"], env) / "kwok",
-        prometheus=prometheus,
-    )
+    return _paths(builds, env)
 
 
 # --- Go builds ---------------------------------------------------------------------------
@@ -263,92 +259,6 @@ class _ProgressCounter(threading.Thread):
 def _fmt(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-# --- Prometheus (Debian package) -----------------------------------------------------------
-
-
-def _prometheus_candidates(env: Mapping[str, str]) -> Iterable[Path]:
-    root = layout.cache_root(env) / "bin"
-    yield from sorted(root.glob("prometheus-*/usr/bin/prometheus"), reverse=True)
-
-
-def _runs(binary: Path) -> bool:
-    try:
-        proc = subprocess.run([str(binary), "--version"], capture_output=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
-
-
-def find_prometheus(env: Mapping[str, str]) -> Path | None:
-    """An unpacked Prometheus in the cache, else one on PATH, else None."""
-    for candidate in _prometheus_candidates(env):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    on_path = shutil.which("prometheus")
-    return Path(on_path) if on_path else None
-
-
-def ensure_prometheus(env: Mapping[str, str], say: Say = say_flush) -> Path:
-    """Unpack Debian's prometheus package into ``bin/prometheus-<version>/`` unless present.
-
-    Order: a copy already in the cache; ``apt-get download`` + ``dpkg -x`` (after one
-    ``apt-get update`` when the package lists are empty and we are root); a prometheus
-    already on PATH.
-    """
-    for candidate in _prometheus_candidates(env):
-        if _runs(candidate):
-            return candidate
-    errors: list[str] = []
-    if shutil.which("apt-get") and shutil.which("dpkg"):
-        try:
-            return _unpack_debian_prometheus(env, say)
-        except BuildError as exc:
-            errors.append(str(exc))
-    else:
-        errors.append("apt-get/dpkg not found")
-    on_path = shutil.which("prometheus")
-    if on_path and _runs(Path(on_path)):
-        say(f"[sandbox] using prometheus from PATH: {on_path}")
-        return Path(on_path)
-    raise BuildError("cannot get Prometheus: " + "; ".join(errors) + " (install Debian's 'prometheus' package or put prometheus on PATH)")
-
-
-def _unpack_debian_prometheus(env: Mapping[str, str], say: Say) -> Path:
-    downloads = layout.cache_root(env) / "build" / "debian"
-    downloads.mkdir(parents=True, exist_ok=True)
-    say("[sandbox] fetching Debian's prometheus package (apt-get download; nothing is installed system-wide)")
-    debs = _apt_download(downloads)
-    if not debs and os.geteuid() == 0:
-        say("[sandbox] apt-get download failed; running apt-get update once and retrying")
-        subprocess.run(["apt-get", "update"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        debs = _apt_download(downloads)
-    if not debs:
-        raise BuildError(f"apt-get download prometheus failed (see {downloads / 'apt.log'})")
-    deb = debs[-1]
-    version = deb.name.split("_")[1].replace("%3a", "-").replace(":", "-")
-    target = layout.cache_root(env) / "bin" / f"prometheus-{version}"
-    tmp = target.with_name(target.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    proc = subprocess.run(["dpkg", "-x", str(deb), str(tmp)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise BuildError(f"dpkg -x {deb.name} failed: {proc.stderr.strip()}")
-    binary = tmp / "usr" / "bin" / "prometheus"
-    if not _runs(binary):
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise BuildError(f"{deb.name} unpacked but its prometheus does not run")
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
-    say(f"[sandbox] prometheus {version} unpacked into {target}")
-    return target / "usr" / "bin" / "prometheus"
-
-
-def _apt_download(directory: Path) -> list[Path]:
-    with (directory / "apt.log").open("a") as log:
-        subprocess.run(["apt-get", "download", "prometheus"], cwd=directory, stdout=log, stderr=log, check=False)
-    return sorted(directory.glob("prometheus_*.deb"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -112,11 +112,13 @@ def resolve(state_dir: Path | None = None, port_offset: int | None = None, env: 
     """The sandbox at ``state_dir`` (default: KNEEPOINT_SANDBOX_DIR or the cache), with its ports.
 
     Ports come from ``port_offset`` when given, else from the state dir's record of an
-    earlier ``up``, else the defaults.
+    earlier ``up``, else ``KNEEPOINT_SANDBOX_PORT_OFFSET``, else the defaults.
     """
     env = os.environ if env is None else env
     root = (state_dir or layout.default_state_dir(env)).expanduser().resolve()
     paths = StatePaths(root)
+    if port_offset is None and not paths.sandbox_file.exists():
+        port_offset = env_port_offset(env)
     if port_offset is not None:
         ports = Ports().shifted(port_offset)
     else:
@@ -127,6 +129,17 @@ def resolve(state_dir: Path | None = None, port_offset: int | None = None, env: 
         except (OSError, ValueError, TypeError):
             pass
     return Sandbox(paths, ports)
+
+
+def env_port_offset(env: Mapping[str, str]) -> int | None:
+    """``KNEEPOINT_SANDBOX_PORT_OFFSET`` as an int (None when unset); SandboxError when not a number."""
+    raw = env.get("KNEEPOINT_SANDBOX_PORT_OFFSET")
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise SandboxError(f"KNEEPOINT_SANDBOX_PORT_OFFSET={raw!r} is not an integer") from None
 
 
 # --- up --------------------------------------------------------------------------------------

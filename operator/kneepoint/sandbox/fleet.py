@@ -74,7 +74,8 @@ class NodeGroup:
 
 
 def _int(group: dict[str, Any], key: str, where: str, minimum: int, default: int | None = None) -> int:
-    value = group.get(key, default)
+    value = group.get(key)
+    value = default if value is None else value  # an explicit null means "use the default"
     if value is None:
         raise FleetError(f"{where}.{key}: required (integer >= {minimum})")
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -83,7 +84,8 @@ def _int(group: dict[str, Any], key: str, where: str, minimum: int, default: int
 
 
 def _str(group: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
-    value = group.get(key, default)
+    value = group.get(key)
+    value = default if value is None else value
     if value is None:
         raise FleetError(f"{where}.{key}: required (string)")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -183,7 +185,7 @@ def node_labels(group: NodeGroup, node_name: str) -> dict[str, str]:
         SANDBOX_NODE_LABEL: "true",
     }
     if group.gpu_count:
-        domains = group.gpu_count // group.nvlink_domain_size
+        domains = -(-group.gpu_count // group.nvlink_domain_size)  # a smaller last group counts too
         labels.update(
             {
                 "nvidia.com/gpu.present": "true",
@@ -197,7 +199,7 @@ def node_labels(group: NodeGroup, node_name: str) -> dict[str, str]:
                 # The largest all-NVLink group is the first one; the id is unique in the cluster.
                 "kneepoint.io/nvlink-domain": f"{node_name}-nvl0",
                 "kneepoint.io/nvlink-domain-size": str(group.nvlink_domain_size),
-                "kneepoint.io/nvlink-domains": str(max(domains, 1)),
+                "kneepoint.io/nvlink-domains": str(domains),
             }
         )
     if group.inter_node_gbps is not None:

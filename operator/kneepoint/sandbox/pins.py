@@ -16,6 +16,9 @@ ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 # Prometheus 3.x publishes Go module versions v0.3MM.P for release 3.MM.P.
 PROMETHEUS_VERSION = "v3.16.0"
+# helm renders and lints the chart (charts/kneepoint); not part of ``all_builds``: the
+# sandbox itself never runs it, the chart tests build it on first use.
+HELM_VERSION = "v3.21.4"
 
 # Fixed so that two builds of the same pin are byte-identical (-trimpath, no VCS stamp).
 BUILD_DATE = "2026-11-29T00:00:00Z"
@@ -177,6 +180,31 @@ def prometheus_build(version: str = PROMETHEUS_VERSION) -> GoBuild:
         outputs=(("prometheus", "github.com/prometheus/prometheus/cmd/prometheus"),),
         ldflags=f"-s -w -X {common}.Version={plain} -X {common}.Branch=module -X {common}.BuildDate={BUILD_DATE}",
         tags=("remove_all_sd", "enable_kubernetes_sd"),
+    )
+
+
+def helm_build(version: str = HELM_VERSION) -> GoBuild:
+    """helm 3 from its module (no replaces upstream; go.mod says go 1.26.0).
+
+    The ldflags are upstream's Makefile ones: the version, and the Kubernetes version that
+    ``helm lint``/``helm template`` assume without a cluster, which upstream derives from
+    its client-go requirement (v0.36.2 for v3.21.4 -> 1.36).
+    """
+    pkg = "helm.sh/helm/v3"
+    k8s = ("1", "36")
+    return GoBuild(
+        name="helm",
+        version=version,
+        module_path="kneepoint.sandbox/helmbin",
+        go_directive="1.26.0",
+        godebug=None,
+        requires=((pkg, version),),
+        replaces=(),
+        outputs=(("helm", f"{pkg}/cmd/helm"),),
+        ldflags=" ".join(
+            ["-s", "-w", f"-X {pkg}/internal/version.version={version}", f"-X {pkg}/internal/version.gitTreeState=clean"]
+            + [f"-X {pkg}/pkg/{p}.k8sVersionMajor={k8s[0]} -X {pkg}/pkg/{p}.k8sVersionMinor={k8s[1]}" for p in ("lint/rules", "chartutil")]
+        ),
     )
 
 

@@ -75,12 +75,15 @@ def prometheus_config(paths: StatePaths, ports: Ports) -> dict[str, Any]:
             {
                 "job_name": "vllm",
                 "metrics_path": "/metrics",
+                # Prometheus 3 refuses a scrape without a valid Content-Type unless told what to assume.
+                "fallback_scrape_protocol": "PrometheusText0.0.4",
                 "kubernetes_sd_configs": sd,
                 "relabel_configs": _pod_relabels(),
             },
             {
                 "job_name": "dcgm",
                 "metrics_path": "/metrics",
+                "fallback_scrape_protocol": "PrometheusText0.0.4",
                 "honor_labels": True,
                 "kubernetes_sd_configs": sd,
                 "relabel_configs": _pod_relabels()
