@@ -221,8 +221,13 @@ class PodSupervisor:
         status = self.pod.get("status") or {}
         pool = self.services.pool
         previous_ip = str(status.get("podIP") or "")
-        adopted = bool(previous_ip) and previous_ip in pool and pool.reserve(self.uid, previous_ip)
-        self.pod_ip = previous_ip if adopted else pool.allocate(self.uid)
+        if (self.pod.get("spec") or {}).get("hostNetwork"):
+            # A host-network pod shares the node's address, as in a cluster.
+            adopted = previous_ip == self.settings.host_ip and bool(status.get("containerStatuses"))
+            self.pod_ip = self.settings.host_ip
+        else:
+            adopted = bool(previous_ip) and previous_ip in pool and pool.reserve(self.uid, previous_ip)
+            self.pod_ip = previous_ip if adopted else pool.allocate(self.uid)
         self.start_time = str(status.get("startTime") or _now()) if adopted else _now()
         if not adopted:
             return
