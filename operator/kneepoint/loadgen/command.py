@@ -38,7 +38,14 @@ from kneepoint.loadgen.summary import (
     summarize_repeat,
 )
 from kneepoint.loadgen.table import render_table
-from kneepoint.loadgen.worker_plan import parse_cgroup_cpu_max, parse_workers, plan_workers, split_concurrency, usable_cores
+from kneepoint.loadgen.worker_plan import (
+    escalate_workers,
+    parse_cgroup_cpu_max,
+    parse_workers,
+    plan_workers,
+    split_concurrency,
+    usable_cores,
+)
 from kneepoint.loadgen.workload import API_PATHS, Tokenizer, poisson_offsets, request_url
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
@@ -260,17 +267,36 @@ async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> tuple[
         resolve_rules=config.resolve_rules,
         tokenizer_path=config.tokenizer,
     )
-    workers = plan_workers(config.workers, config.concurrency, available_cores())
-    runner: Any
-    if workers == 1:
-        runner = LocalRunner(settings, config.concurrency, tokenizer)
-    else:
-        runner = WorkerPool(settings, split_concurrency(config.concurrency, workers))
+    cores = available_cores()
+    workers = plan_workers(config.workers, config.concurrency, cores)
+
+    def make_runner(count: int) -> Any:
+        if count == 1:
+            return LocalRunner(settings, config.concurrency, tokenizer)
+        return WorkerPool(settings, split_concurrency(config.concurrency, count))
+
+    runner = make_runner(workers)
     summaries, raw = [], []
     try:
         await runner.start()
-        if config.warmup_requests:
-            await _run_phase(runner, config, "warmup", "warm-up  ", config.warmup_requests, None)
+        while config.warmup_requests:
+            warm = await _run_phase(runner, config, "warmup", "warm-up  ", config.warmup_requests, None)
+            if config.workers is not None:
+                break
+            # Only the CPU criterion escalates: lag can come from a crowded machine, which
+            # more processes would not cure.
+            saturated = judge_client_load(warm.cpu_samples, [], config.cpu_limit, math.inf).limited
+            more = escalate_workers(workers, cores, config.concurrency, saturated)
+            if more is None:
+                break
+            click.echo(
+                f"kneepoint loadgen: the client's CPU limited the warm-up with {workers} worker(s); warming up again with {more}",
+                err=True,
+            )
+            await runner.close()
+            workers = more
+            runner = make_runner(workers)
+            await runner.start()
         for repeat in range(config.repeats):
             phase = f"repeat-{repeat + 1}"
             offsets = None

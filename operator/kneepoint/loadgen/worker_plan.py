@@ -3,7 +3,9 @@
 One asyncio process drives HTTP streams on one core. ``--workers auto`` starts one process
 per ``CONCURRENCY_PER_WORKER`` concurrent streams, bounded by the cores the container may
 use (CPU affinity and the cgroup v2 ``cpu.max`` quota). The threshold is a measurement:
-see docs/loadgen.md ("Workers"), where the benchmark that set it is named.
+see docs/loadgen.md ("Workers"), where the benchmark that set it is named. When the warm-up
+shows a worker's CPU saturated anyway (a faster server than assumed), auto doubles the
+processes, within the same bounds, and warms up again (``escalate_workers``).
 """
 
 from __future__ import annotations
@@ -68,3 +70,11 @@ def split_concurrency(concurrency: int, workers: int) -> list[int]:
     """Concurrent streams per worker, as even as possible, largest shares first."""
     base, extra = divmod(concurrency, workers)
     return [base + (1 if i < extra else 0) for i in range(workers)]
+
+
+def escalate_workers(current: int, cores: int, concurrency: int, cpu_saturated: bool) -> int | None:
+    """More workers after a CPU-saturated warm-up (double, within cores and streams), or None."""
+    if not cpu_saturated:
+        return None
+    more = min(current * 2, cores, concurrency)
+    return more if more > current else None

@@ -175,6 +175,20 @@ def test_two_worker_processes(tmp_path: pathlib.Path, endpoint: str) -> None:
     assert sorted(r["index"] for r in document["requests"] if r["repeat"] == 0) == list(range(24))
 
 
+def test_auto_workers_escalate_after_a_cpu_saturated_warmup(tmp_path: pathlib.Path, endpoint: str) -> None:
+    from kneepoint.loadgen.command import available_cores
+
+    if available_cores() < 2:
+        pytest.skip("needs two usable cores")
+    saved = tmp_path / "run.json"
+    # a limit of 0.001 core makes any warm-up count as CPU-saturated
+    code, summary, _, err = run_cli(tmp_path, endpoint, "--workers", "auto", "--warmup-requests", "8",
+                                    "--client-cpu-limit", "0.001", "--save-json", str(saved))  # fmt: skip
+    assert code == 0, err
+    assert "warming up again with 2" in err
+    assert json.loads(saved.read_text())["config"]["workers"] == 2
+
+
 def test_tokenizer_run(tmp_path: pathlib.Path, endpoint: str) -> None:
     tokenizers = pytest.importorskip("tokenizers")
     model = tokenizers.Tokenizer(tokenizers.models.WordLevel({"alpha": 0, "beta": 1, "gamma": 2, "[UNK]": 3}, unk_token="[UNK]"))

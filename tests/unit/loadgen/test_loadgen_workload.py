@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from kneepoint.loadgen.resolve_rules import ResolveRuleError, parse_resolve_rule, parse_resolve_rules
 from kneepoint.loadgen.worker_plan import (
     CONCURRENCY_PER_WORKER,
+    escalate_workers,
     parse_cgroup_cpu_max,
     parse_workers,
     plan_workers,
@@ -148,3 +149,11 @@ def test_worker_plan() -> None:
     assert parse_cgroup_cpu_max("max 100000\n") is None
     assert parse_cgroup_cpu_max("250000 100000") == 2.5
     assert usable_cores(16, 2.5) == 2 and usable_cores(16, 0.5) == 1 and usable_cores(3, None) == 3
+
+
+def test_escalate_workers() -> None:
+    assert escalate_workers(1, cores=8, concurrency=64, cpu_saturated=True) == 2
+    assert escalate_workers(4, cores=6, concurrency=64, cpu_saturated=True) == 6
+    assert escalate_workers(2, cores=2, concurrency=64, cpu_saturated=True) is None  # no core left
+    assert escalate_workers(2, cores=8, concurrency=2, cpu_saturated=True) is None  # no stream left
+    assert escalate_workers(1, cores=8, concurrency=64, cpu_saturated=False) is None
