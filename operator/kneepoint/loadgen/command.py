@@ -155,6 +155,11 @@ def validate(options: dict[str, Any]) -> LoadgenConfig:
         raise ValueError(f"--client-cpu-limit must be > 0 cores, got {options['client_cpu_limit']}")
     if not 0.0 < options["max_loop_lag_ms"]:
         raise ValueError(f"--max-loop-lag-ms must be > 0, got {options['max_loop_lag_ms']}")
+    save_json = options["save_json"]
+    if save_json is not None:
+        directory = os.path.dirname(os.path.abspath(save_json))
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            raise ValueError(f"--save-json {save_json!r}: the directory {directory!r} does not exist or is not writable")
     model = options["model"]
     if model is not None and not model.strip():
         raise ValueError("--model must not be empty")

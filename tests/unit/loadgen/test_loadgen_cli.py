@@ -217,6 +217,7 @@ def test_tokenizer_run(tmp_path: pathlib.Path, endpoint: str) -> None:
         (["--tokenizer", "/nonexistent/tok"], "--tokenizer"),
         (["--repeats", "0"], "--repeats"),
         (["--endpoint", "ftp://x"], "--endpoint"),
+        (["--save-json", "/nonexistent/dir/run.json"], "--save-json"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args: list[str], flag: str) -> None:
