@@ -233,14 +233,15 @@ def _without_flag(words: Sequence[str], flag: str) -> list[str]:
     return out
 
 
-def _flag_value(words: Sequence[str], flag: str) -> str | None:
-    """The last value given to ``flag`` (``flag V`` or ``flag=V``), else None."""
+def _flag_value(words: Sequence[str], flag: str, *aliases: str) -> str | None:
+    """The last value given to ``flag`` or an alias (``flag V`` or ``flag=V``), else None."""
     value = None
     for i, word in enumerate(words):
-        if word == flag and i + 1 < len(words):
-            value = words[i + 1]
-        elif word.startswith(flag + "="):
-            value = word[len(flag) + 1 :]
+        for name in (flag, *aliases):
+            if word == name and i + 1 < len(words):
+                value = words[i + 1]
+            elif word.startswith(name + "="):
+                value = word[len(name) + 1 :]
     return value
 
 
@@ -520,8 +521,8 @@ def simulator_env(pod: Mapping[str, Any], container: Mapping[str, Any], argv: Se
     gpus = gpu_request(container)
     if gpus == 0:
         try:
-            tp = int(_flag_value(argv, "--tensor-parallel-size") or 1)
-            pp = int(_flag_value(argv, "--pipeline-parallel-size") or 1)
+            tp = int(_flag_value(argv, "--tensor-parallel-size", "-tp") or 1)
+            pp = int(_flag_value(argv, "--pipeline-parallel-size", "-pp") or 1)
             gpus = tp * pp
         except ValueError:
             gpus = 1

@@ -318,3 +318,11 @@ def test_pod_kubeconfig_uses_token_file() -> None:
     assert config["users"][0]["user"] == {"tokenFile": "/state/token"}
     assert config["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:6443"
     assert config["contexts"][0]["context"]["namespace"] == "ns1"
+
+
+def test_mixed_node_without_gpu_request_uses_the_tp_flags() -> None:
+    node = {"metadata": {"labels": {"kneepoint.io/interconnect": "mixed", "kneepoint.io/nvlink-domain-size": "2"}}}
+    small = plan({"name": "engine", "image": "vllm/vllm-openai", "args": ["--model", "m", "-tp", "2"]}, node=node)
+    big = plan({"name": "engine", "image": "vllm/vllm-openai", "args": ["--model", "m", "--tensor-parallel-size=2", "-pp", "2"]}, node=node)
+    assert small.env["KNEEPOINT_SIM_INTERCONNECT"] == "nvlink"
+    assert big.env["KNEEPOINT_SIM_INTERCONNECT"] == "pcie"
