@@ -2,7 +2,7 @@
 
 Pure data: one :class:`GoBuild` per wrapper module. Everything the sandbox runs comes from
 one Kubernetes release (kube-apiserver, -controller-manager, -scheduler, kubectl), etcd's
-server module and KWOK, each built from its Go module into the cache. Changing a patch
+server module, KWOK and Prometheus, each built from its Go module into the cache. Changing a patch
 release is a one-line change here; the cache directory names carry the version, so an
 old build is never mistaken for a new one.
 """
