@@ -49,6 +49,10 @@ class InputError(Exception):
     """Bad input; the message is one line: ``FILE: field: what was expected``."""
 
 
+class NotFoundError(InputError):
+    """The API server has no such object (``experiment NS/NAME not found``)."""
+
+
 @dataclass(frozen=True)
 class LoadedExperiment:
     """A checked experiment: its spec, its tiers in ladder order and its raw status."""
@@ -419,7 +423,7 @@ class ClusterSource:
             return fn(*args, _request_timeout=API_TIMEOUT_SECONDS)
         except self._api_exception as err:
             if err.status == 404:
-                raise InputError(f"{what} not found") from None
+                raise NotFoundError(f"{what} not found") from None
             reason = _api_error_message(err)
             raise InputError(f"{what}: the API server at {self.server} answered {err.status} {err.reason}{': ' + reason if reason else ''}") from None
         except (urllib3.exceptions.HTTPError, OSError) as err:

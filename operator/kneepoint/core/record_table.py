@@ -121,6 +121,9 @@ _COLUMNS = (
     ("reason", False),
 )
 
+RECORD_HEADERS = tuple(header for header, _ in _COLUMNS)
+"""The record table's column headers, in the order :func:`record_row` returns cells (for other renderings)."""
+
 
 def record_row(tier: TierResult) -> list[str]:
     """One tier as the table's cells, in column order."""
