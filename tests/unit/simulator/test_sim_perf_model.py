@@ -1,0 +1,104 @@
+"""Properties of the roofline step-time model that the H200 points alone do not pin down."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kneepoint.core.architectures import get_preset
+from kneepoint.core.gpus import get_gpu_type
+from kneepoint.core.memory_estimate import kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+from kneepoint.core.tiers import Tier
+from kneepoint.simulator.calibration import load_calibration
+from kneepoint.simulator.perf_model import (
+    Deployment,
+    Hardware,
+    PerfModel,
+    StepWork,
+    decode_work,
+    prefill_work,
+    shape_from_architecture,
+)
+
+CAL = load_calibration()
+
+
+def model(preset="llama-3-8b", gpu="h200", tp=1, pp=1, link="nvlink", eager=False, inter_node=None) -> PerfModel:
+    arch = get_preset(preset)
+    tier = Tier(tp, pp)
+    dep = Deployment(tp, pp, weight_bytes_per_gpu(arch, tier, "bfloat16"),
+                     kv_bytes_per_token_per_gpu(arch, tier, "bfloat16"), enforce_eager=eager)
+    hw = Hardware.from_gpu(get_gpu_type(gpu), link, inter_node_gbps=inter_node)
+    return PerfModel(shape_from_architecture(arch), hw, dep, CAL)
+
+
+def test_the_preset_path_matches_the_measured_h200_8b_points() -> None:
+    """The simulator's own path (preset -> estimator bytes -> model) lands on the data too."""
+    measured = {(1, 1): 5.25, (1, 128): 13.77, (2, 1): 4.11, (2, 128): 8.42, (4, 1): 3.41, (4, 128): 5.91}
+    for (tp, batch), ms in measured.items():
+        simulated = model(tp=tp).decode_step(batch, 1024).seconds * 1e3
+        assert abs(simulated / ms - 1) <= 0.15, (tp, batch, simulated, ms)
+
+
+@settings(max_examples=50, deadline=None)
+@given(batch=st.integers(1, 256), ctx=st.integers(0, 8192), tp=st.sampled_from([1, 2, 4, 8]),
+       link=st.sampled_from(["nvlink", "pcie"]))
+def test_more_work_never_takes_less_time(batch, ctx, tp, link) -> None:
+    m = model(tp=tp, link=link)
+    t = m.decode_step(batch, ctx)
+    assert m.decode_step(batch + 1, ctx).seconds >= t.seconds
+    assert m.decode_step(batch, ctx + 64).seconds >= t.seconds
+    assert 0.0 <= t.comm_fraction < 1.0
+    assert (t.comm_seconds == 0.0) == (tp == 1)
+
+
+def test_pcie_collectives_cost_more_than_nvlink() -> None:
+    nv, pcie = model(tp=4), model(tp=4, link="pcie")
+    for batch in (1, 64, 256):
+        assert pcie.decode_step(batch, 1024).comm_seconds > nv.decode_step(batch, 1024).comm_seconds
+    assert pcie.prefill(2048).comm_fraction > 0.5
+
+
+def test_prefill_is_compute_bound_and_scales_with_tokens() -> None:
+    m = model()
+    t1, t4 = m.prefill(1024).seconds, m.prefill(4096).seconds
+    assert 3.5 < t4 / t1 < 4.6  # linear GEMMs plus a growing attention share
+    # A slower GPU (fewer FLOPs and less bandwidth) is slower at the same work.
+    assert model(gpu="a100-80gb").prefill(1024).seconds > 2.5 * t1
+
+
+def test_pipeline_parallel_bubble_and_hops() -> None:
+    tp1 = model(preset="llama-3-70b", tp=2)
+    pp2 = model(preset="llama-3-70b", tp=2, pp=2)
+    one = pp2.decode_step(1, 1024)
+    # One sequence cannot fill two stages: half the stage time is bubble, no faster than one stage holding all layers.
+    assert one.bubble_seconds > 0 and one.seconds >= 0.95 * tp1.decode_step(1, 1024).seconds
+    many = pp2.decode_step(64, 1024)
+    assert many.bubble_seconds == 0.0
+    # Stages on different nodes pay the slower hop.
+    far = model(preset="llama-3-70b", tp=2, pp=2, inter_node=12.5).decode_step(64, 1024)
+    assert far.seconds > many.seconds
+
+
+def test_moe_reads_only_the_experts_its_tokens_pick() -> None:
+    m = model(preset="mixtral-8x7b", tp=2)
+    few, many = m.decode_step(1, 512), m.decode_step(64, 512)
+    assert many.seconds / few.seconds > 1.5  # batch 1 touches 2 of 8 experts, batch 64 nearly all
+    assert shape_from_architecture(get_preset("mixtral-8x7b")).expert_weight_fraction > 0.9
+
+
+def test_enforce_eager_adds_the_host_launch_floor() -> None:
+    graph, eager = model(), model(eager=True)
+    assert eager.decode_step(1, 1024).seconds > graph.decode_step(1, 1024).seconds
+    layers = 32
+    assert eager.decode_step(1, 1024).seconds >= layers * CAL.eager.host_us_per_layer_tp1 * 1e-6
+
+
+def test_mixed_step_costs_more_than_its_decode_part_alone() -> None:
+    m = model(tp=2)
+    decode = decode_work(32, 1024)
+    mixed = StepWork(decode_seqs=32, decode_context_tokens=decode.decode_context_tokens, prefill_tokens=512,
+                     prefill_attention_pairs=512 * 513 / 2, prefill_seqs=1, sampled_seqs=33)
+    assert m.step_time(mixed).seconds > m.step_time(decode).seconds
+    assert m.step_time(StepWork()).seconds == 0.0
+    assert m.step_time(prefill_work(256, prior_tokens=1024)).seconds > m.step_time(prefill_work(256)).seconds
