@@ -84,7 +84,9 @@ class Runner:
         return self.nodes.get(name)
 
     def resolve_map(self, namespace: str) -> ResolveMap:
-        return build_resolve_map(namespace, self.services.values(), self.pods.values(), self.cluster_domain)
+        # The range's network address is never a pod's: connections there are refused.
+        refuse = str(self.pool.network.network_address)
+        return build_resolve_map(namespace, self.services.values(), self.pods.values(), self.cluster_domain, refuse)
 
     # --- main loop ------------------------------------------------------------------------
 

@@ -13,8 +13,14 @@ process ``KNEEPOINT_RESOLVE`` (CONTRACTS B, curl's ``--resolve``): for every Ser
 
 where ADDR is the loopback address of one Ready pod the Service selects (the oldest,
 then by name, so the choice is stable). ``--resolve`` swaps the address, never the port,
-so an entry is written only when the Service's port equals the pod's target port (named
-target ports are looked up in the pod's containers); other ports are reported as skipped.
+so a pod is used only when the Service's port equals its target port (named target ports
+are looked up in the pod's containers).
+
+A Service port without such a pod still gets entries, pointing at ``refuse_address``
+(the runner passes its range's network address, where nothing listens): connecting is
+refused at once, as kube-proxy rejects connections to a Service without endpoints, and
+the name is never sent to the host's DNS resolver (which would leave loopback). Such
+ports are also listed in ``skipped`` with the reason.
 """
 
 from __future__ import annotations
@@ -85,6 +91,7 @@ def build_resolve_map(
     services: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+    refuse_address: str | None = None,
 ) -> ResolveMap:
     """``KNEEPOINT_RESOLVE`` entries for a process in ``own_namespace`` (see the module doc).
 
@@ -135,7 +142,9 @@ def build_resolve_map(
                     skipped.append(f"{namespace}/{name}:{port}: no Ready pod has target port {target!r}")
                 else:
                     skipped.append(f"{namespace}/{name}:{port}: no Ready pod selected")
-                continue
+                if refuse_address is None:
+                    continue
+                address = refuse_address
             for host in service_names(name, namespace, own_namespace, cluster_domain):
                 entries.append(f"{host}:{port}:{address}")
     return ResolveMap(entries=tuple(entries), skipped=tuple(skipped))

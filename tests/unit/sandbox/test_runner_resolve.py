@@ -81,3 +81,12 @@ def test_selectorless_external_name_and_udp_are_left_out() -> None:
     ]
     result = build_resolve_map("ns1", services, [pod("a", "ns1", {"app": "eng"}, "127.2.0.5")])
     assert result.entries == () and result.skipped == ()
+
+
+def test_ports_without_a_pod_point_at_the_refusing_address() -> None:
+    remapped = svc("web", "ns1", {"app": "eng"}, [{"port": 80, "targetPort": 8000}])
+    result = build_resolve_map("ns1", [ENGINE_SVC, remapped], [pod("a", "ns1", {"app": "eng"}, "127.2.0.5", ready=False)], refuse_address="127.2.0.0")
+    assert "eng.ns1.svc.cluster.local:8000:127.2.0.0" in result.entries
+    assert "web:80:127.2.0.0" in result.entries
+    assert len(result.skipped) == 2
+
