@@ -215,6 +215,22 @@ def test_up_is_idempotent_and_down_leaves_no_process(sandbox: Any, tmp_path: Pat
     second = subprocess.run([*cli, "up", "--no-runner"], env=env, capture_output=True, text=True, timeout=120)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "everything reused" in second.stdout
+    # A changed fleet file reshapes the nodes without restarting anything.
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"kind": "SandboxFleet", "nodeGroups": [
+        {"namePrefix": "h200", "count": 3, "gpuProduct": "NVIDIA-H200", "gpuCount": 8, "gpuMemoryMiB": 143771,
+         "interconnect": "nvlink", "cpu": "192", "memory": "2Ti", "labels": {"zone": "b"}},
+    ]}))
+    third = subprocess.run([*cli, "up", "--no-runner", "--fleet", str(fleet)], env=env, capture_output=True, text=True, timeout=120)
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "everything reused" in third.stdout
+    assert "created h200-2" in third.stdout and "deleted l40s-0" in third.stdout
+    sandbox2 = controlplane.resolve(state)
+    with controlplane.api_client(sandbox2) as api:
+        nodes = client.CoreV1Api(api).list_node().items
+    assert sorted(n.metadata.name for n in nodes) == ["h200-0", "h200-1", "h200-2"]
+    assert all(n.metadata.labels["zone"] == "b" for n in nodes)
+
     marker = str(state.resolve())
     pids = {p.pid for p in processes.marked_processes(marker)}
     assert len(pids) >= 6  # etcd, apiserver, controller-manager, scheduler, kwok, prometheus

@@ -242,10 +242,11 @@ def _ensure_component(
     paths = sandbox.paths
     record = _live(sandbox, name)
     if record is not None:
-        if record.argv == argv and processes.probe(health, paths.pki)[0]:
+        same = _same_command(record.argv, argv)
+        if same and processes.probe(health, paths.pki)[0]:
             say(f"[sandbox] {name}: running (pid {record.pid}), reused")
             return
-        why = "its command line changed" if record.argv != argv else "it is not healthy"
+        why = "its command line changed" if not same else "it is not healthy"
         say(f"[sandbox] {name}: restarting pid {record.pid} ({why})")
         left = processes.stop([record], marker=None)
         if left:
@@ -267,6 +268,13 @@ def _ensure_component(
         raise SandboxError(str(exc)) from exc
     sandbox.started.append(name)
     say(f"[sandbox] {name}: started (pid {record.pid}) and healthy in {time.monotonic() - began:.1f}s")
+
+
+def _same_command(recorded: list[str], wanted: list[str]) -> bool:
+    """Same arguments and the same executable (``python`` and ``python3`` of one venv are one)."""
+    if not recorded or not wanted or recorded[1:] != wanted[1:]:
+        return False
+    return os.path.realpath(recorded[0]) == os.path.realpath(wanted[0])
 
 
 def _write_kwok_config(paths: StatePaths) -> None:

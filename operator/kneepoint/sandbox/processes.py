@@ -178,6 +178,12 @@ def tail(path: Path, lines: int = 15) -> str:
 
 def wait_healthy(record: Record, health: Health, pki: Path, log_path: Path, timeout: float) -> None:
     """Block until the component answers healthy; ProcessError if it dies or times out."""
+    if health.url is None:
+        # Nothing to ask: give it a moment to fail on bad arguments or imports, then trust it.
+        time.sleep(1.0)
+        if live_process(record) is None:
+            raise ProcessError(f"{record.name} exited right after starting; last log lines ({log_path}):\n{tail(log_path)}")
+        return
     deadline = time.monotonic() + timeout
     delay = 0.1
     detail = ""
