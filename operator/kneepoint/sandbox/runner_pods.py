@@ -153,6 +153,7 @@ class PodSupervisor:
         self.processes: dict[str, ContainerProcess] = {}
         self.deleting = asyncio.Event()
         self.gone = False  # the API object no longer exists
+        self.shutting_down = False  # the runner is stopping: no restarts, no API writes
         self.finished = asyncio.Event()
         self._dirty = asyncio.Event()
         self._last_signature = ""
@@ -182,6 +183,7 @@ class PodSupervisor:
 
     async def shutdown(self, grace_cap_seconds: float) -> None:
         """Runner shutdown: stop this pod's processes (the API object is left as it is)."""
+        self.shutting_down = True
         self.gone = True  # no status writes or deletions from here on
         await self._stop_processes(min(self._grace_seconds(), grace_cap_seconds))
         for task in [*self._tasks, *([self._main] if self._main else [])]:
@@ -286,7 +288,7 @@ class PodSupervisor:
             if not self._should_restart(policy, record.exit_code or 0, init):
                 return record.exit_code or 0
             record.begin_restart()
-        while not self.deleting.is_set():
+        while not self.deleting.is_set() and not self.shutting_down:
             try:
                 plan = await self._plan(spec)
             except (ContainerConfigError, ContainerCommandError) as exc:
@@ -300,7 +302,7 @@ class PodSupervisor:
                 continue
             started = time.monotonic()
             exit_code = await self._run_once(spec, record, plan, init=init)
-            if exit_code is None or self.deleting.is_set():
+            if exit_code is None or self.deleting.is_set() or self.shutting_down:
                 return record.exit_code or 0
             if not self._should_restart(policy, exit_code, init):
                 return exit_code
@@ -499,7 +501,7 @@ class PodSupervisor:
 
     async def _keep_token_fresh(self, source: Mapping[str, Any]) -> None:
         """Rewrite the token at 80 % of its life, as the kubelet does for projected tokens."""
-        while not self.deleting.is_set():
+        while not self.deleting.is_set() and not self.shutting_down:
             lifetime = max(self._token_expiry - time.time(), 60.0)
             await self._sleep_unless_deleting(lifetime * 0.8)
             if self.deleting.is_set():

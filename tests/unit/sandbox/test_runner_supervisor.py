@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 import pytest
 
 from kneepoint.sandbox.runner_ipam import LoopbackPool
@@ -176,3 +178,28 @@ async def test_adopted_deployment_pod_restarts_on_its_address(tmp_path: Path, se
     supervisor.vanished()
     await asyncio.wait_for(supervisor.finished.wait(), 10)
     assert api.deleted == [] and len(services.pool) == 0
+
+
+async def test_runner_shutdown_stops_without_restarting(tmp_path: Path, session: aiohttp.ClientSession) -> None:
+    # An interpreter stand-in that runs for a minute: the supervisor only sees a long-running process.
+    sleeper = tmp_path / "python"
+    sleeper.write_text("#!/bin/sh\nexec sleep 60\n")
+    sleeper.chmod(0o755)
+    api = MemoryApi(make_pod(["kneepoint", "operator"], "Always"))
+    services = Services(tmp_path, api, session)
+    services.settings = RunnerSettings(state_dir=tmp_path, python=str(sleeper), status_debounce_seconds=0.01)
+    supervisor = PodSupervisor(services, copy.deepcopy(api.pod))
+    supervisor.start()
+    await until(lambda: "running" in container(api).get("state", {}))
+    (process,) = supervisor.processes.values()
+    pid = process.pid
+    patches = len(api.patches)
+    await asyncio.wait_for(supervisor.shutdown(5.0), 10)
+    await asyncio.sleep(0.3)
+    assert supervisor.processes == {}
+    assert len(api.patches) == patches  # the pod's status is left as it was
+    assert api.deleted == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    # No restarted container outlives the shutdown either.
+    assert [p for p in psutil.Process().children(recursive=True) if p.name() == "sleep"] == []
