@@ -5,8 +5,9 @@ to another core (a lean raw-socket HTTP/1.1 client that only counts SSE events, 
 is not the limit). The simulated model is small (llama-3.2-1b preset on one H200) so the
 modelled GPU ceiling lies far above what one core can stream: the figure measures the
 simulator's CPU capacity. For each concurrency it prints tokens/s, the server's CPU use and
-the engine-lag counter (seconds the engine loop fell behind the modelled step times; 0 means
-the simulated GPU, not the CPU, set the pace).
+tokens per CPU-second of the server (the capacity figure on a shared machine, where the
+process may not get its whole core) and the engine-lag counter (seconds the engine loop fell
+behind the modelled step times; 0 means the simulated GPU, not the CPU, set the pace).
 
     .venv/bin/python benchmarks/bench_simulator.py [--concurrency 64,256,512] [--seconds 8]
 """
@@ -100,7 +101,8 @@ def main() -> int:
     parser.add_argument("--architecture", default="llama-3.2-1b")
     args = parser.parse_args()
     print(f"CPU cores visible: {os.cpu_count()}; server on core {args.server_core}, client on core {args.client_core}")
-    print(f"{'concurrency':>11} {'tokens/s':>10} {'server CPU':>10} {'client CPU':>10} {'engine lag s':>12}")
+    print(f"{'concurrency':>11} {'tokens/s':>10} {'server CPU':>10} {'tokens/CPU-s':>12} {'client CPU':>10} "
+          f"{'engine lag s':>12}")
     for conc in [int(c) for c in args.concurrency.split(",")]:
         port = free_port()
         cmd = [sys.executable, "-m", "kneepoint", "sim", "--model", "bench", "--architecture", args.architecture,
@@ -116,7 +118,6 @@ def main() -> int:
                 except OSError:
                     time.sleep(0.1)
             proc = psutil.Process(server.pid)
-            lag0 = scrape_lag(port)
             out: Queue = Queue()
             client = Process(target=client_main, args=(port, conc, args.warmup, args.seconds, args.output_len,
                                                        args.client_core, out))
@@ -128,8 +129,9 @@ def main() -> int:
             cpu1, t1 = sum(proc.cpu_times()[:2]), time.monotonic()
             lag = scrape_lag(port) - lag_start
             client.join()
-            del lag0
-            print(f"{conc:>11} {tokens_per_s:>10.0f} {(cpu1 - cpu0) / (t1 - t0):>10.2f} {client_cpu:>10.2f} {lag:>12.2f}"
+            server_cpu = (cpu1 - cpu0) / (t1 - t0)
+            per_cpu_second = tokens_per_s / server_cpu if server_cpu > 0 else float("nan")
+            print(f"{conc:>11} {tokens_per_s:>10.0f} {server_cpu:>10.2f} {per_cpu_second:>12.0f} {client_cpu:>10.2f} {lag:>12.2f}"
                   + ("" if pinned else "  (not pinned)"))
         finally:
             server.terminate()
