@@ -246,7 +246,13 @@ def test_up_is_idempotent_and_down_leaves_no_process(sandbox: Any, tmp_path: Pat
     # Its ports are free again; the shared sandbox was not touched.
     from kneepoint.sandbox.layout import Ports
 
-    assert not any(processes.port_in_use(p) for p in Ports().shifted(offset).as_dict().values())
+    deadline = time.monotonic() + 10  # sockets of killed processes may take a moment to close
+    while True:
+        busy = {p: processes.port_owner(p) for p in Ports().shifted(offset).as_dict().values() if processes.port_in_use(p)}
+        if not busy or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert busy == {}
     _, rows = controlplane.status()
     assert all(row.state == "running" for row in rows if row.name != "runner")
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kneepoint.sandbox import gomod, layout, pins
+from kneepoint.sandbox import gomod, layout, pins, processes
 
 Say = Callable[[str], None]
 
@@ -137,9 +137,19 @@ def find_go() -> str:
 def ensure_go_build(build: pins.GoBuild, env: Mapping[str, str], say: Say = say_flush) -> Path:
     """Build the missing binaries of ``build``; returns its bin directory."""
     target = bin_dir(build, env)
-    missing = missing_binaries(build, env)
-    if not missing:
+    if not missing_binaries(build, env):
         return target
+    # One build per version at a time (a user's `up` and a test session may both start one).
+    lock = layout.cache_root(env) / "build" / f".{build.key}.lock"
+    with processes.exclusive_lock(lock, say, f"building {build.key}"):
+        missing = missing_binaries(build, env)
+        if missing:
+            _build_missing(build, env, say, missing)
+    return target
+
+
+def _build_missing(build: pins.GoBuild, env: Mapping[str, str], say: Say, missing: list[str]) -> None:
+    target = bin_dir(build, env)
     go = find_go()
     work = build_dir(build, env)
     work.mkdir(parents=True, exist_ok=True)
@@ -155,7 +165,6 @@ def ensure_go_build(build: pins.GoBuild, env: Mapping[str, str], say: Say = say_
         package = dict(build.outputs)[name]
         _go_build_one(go, go_env, work, target, name, package, build.ldflags, build.tags, say, log)
     say(f"[sandbox] {build.key}: built {len(missing)} binaries in {_fmt(time.monotonic() - started)}")
-    return target
 
 
 def _prepare_module(

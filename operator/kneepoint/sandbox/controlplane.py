@@ -152,11 +152,29 @@ def up(
     say: Say = _say,
     with_runner: bool = True,
 ) -> Sandbox:
-    """Start (or reuse) every component and the fleet; returns the sandbox handle."""
+    """Start (or reuse) every component and the fleet; returns the sandbox handle.
+
+    Holds a lock on the state dir, so two ``up`` (a user's and a test session's) do not race.
+    """
     started_at = time.monotonic()
     fleet_path = (fleet_path or default_fleet_path()).resolve()
     groups = load_fleet(fleet_path)
-    sandbox = resolve(state_dir, port_offset)
+    root = resolve(state_dir, port_offset).paths.root
+    with processes.exclusive_lock(root.parent / f".{root.name}.lock", say, "sandbox up/down"):
+        # Resolve again under the lock: a concurrent up may have recorded the ports meanwhile.
+        sandbox = resolve(state_dir, port_offset)
+        return _up_locked(sandbox, groups, fleet_path, port_offset, say, with_runner, started_at)
+
+
+def _up_locked(
+    sandbox: Sandbox,
+    groups: list[fleet.NodeGroup],
+    fleet_path: Path,
+    port_offset: int | None,
+    say: Say,
+    with_runner: bool,
+    started_at: float,
+) -> Sandbox:
     paths, ports = sandbox.paths, sandbox.ports
     _check_recorded_ports(sandbox, port_offset)
 
@@ -432,7 +450,12 @@ def down(
     Stopping everything also ends every process that carries this sandbox's marker (what
     the runner started). ``purge`` then deletes the state directory (etcd data, PKI, logs).
     """
-    sandbox = resolve(state_dir)
+    root = resolve(state_dir).paths.root
+    with processes.exclusive_lock(root.parent / f".{root.name}.lock", say, "sandbox up/down"):
+        return _down_locked(resolve(state_dir), only, purge, say)
+
+
+def _down_locked(sandbox: Sandbox, only: list[str] | None, purge: bool, say: Say) -> list[str]:
     names = [n for n in reversed(flags.COMPONENTS) if only is None or n in only]
     records = [r for r in (processes.load_record(sandbox.paths.pid(n)) for n in names) if r is not None]
     running = [r.name for r in records if processes.live_process(r) is not None]
