@@ -67,6 +67,8 @@ LOST_MESSAGE = "The sandbox runner restarted and the container's process was gon
 # The kubelet resets a container's back-off after it ran this long without failing.
 BACKOFF_RESET_SECONDS = 600.0
 DEFAULT_TOKEN_SECONDS = 3607
+# The file in-cluster configuration reads; present when the runner's host is a pod itself.
+HOST_SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
 @dataclass(frozen=True)
@@ -439,14 +441,18 @@ class PodSupervisor:
         resolve = self.services.resolve_map(self.namespace)
         for line in resolve.skipped:
             log.debug("Service port not resolvable pod=%s/%s %s", self.namespace, self.name, line)
-        runtime_env = {
-            "HOME": str(container_dir),
-            "KUBERNETES_SERVICE_HOST": server.hostname or "127.0.0.1",
-            "KUBERNETES_SERVICE_PORT": str(server.port or 443),
-            "KUBERNETES_SERVICE_PORT_HTTPS": str(server.port or 443),
-            "KUBERNETES_PORT": f"tcp://{server.hostname}:{server.port or 443}",
-            RESOLVE_ENV: resolve.env_value(),
-        }
+        runtime_env = {"HOME": str(container_dir), RESOLVE_ENV: resolve.env_value()}
+        if not HOST_SERVICE_ACCOUNT_TOKEN.exists():
+            # On a host that is itself a pod, in-cluster config would pair these with the
+            # host's own token and CA; without them clients fall back to KUBECONFIG.
+            runtime_env.update(
+                {
+                    "KUBERNETES_SERVICE_HOST": server.hostname or "127.0.0.1",
+                    "KUBERNETES_SERVICE_PORT": str(server.port or 443),
+                    "KUBERNETES_SERVICE_PORT_HTTPS": str(server.port or 443),
+                    "KUBERNETES_PORT": f"tcp://{server.hostname}:{server.port or 443}",
+                }
+            )
         forced_env = {**self.settings.inherited_env, "TERMINATION_MESSAGE_PATH": str(self.runtime_dir / f"{spec['name']}.termination-log")}
         # A pretend container runs nothing, so it needs no credentials.
         kubeconfig = None if classify_container(spec) == PRETEND else await self._service_account_kubeconfig()
