@@ -247,13 +247,17 @@ async def test_continuous_batching_over_http_queues_beyond_max_num_seqs() -> Non
     try:
         async with aiohttp.ClientSession(f"http://127.0.0.1:{settings.port}") as session:
             async def one():
-                async with session.post("/v1/completions", json={"prompt": [1] * 20, "max_tokens": 40}) as resp:
+                async with session.post("/v1/completions", json={"prompt": [1] * 20, "max_tokens": 120}) as resp:
                     return await resp.json()
             jobs = [asyncio.create_task(one()) for _ in range(10)]
-            await asyncio.sleep(0.05)
+            # 120 tokens take about half a second of simulated decode, far longer than submitting ten requests.
+            for _ in range(200):
+                if engine.scheduler.num_running + engine.scheduler.num_waiting == 10:
+                    break
+                await asyncio.sleep(0.005)
             assert engine.scheduler.num_running == 4 and engine.scheduler.num_waiting == 6
             results = await asyncio.gather(*jobs)
-        assert all(r["usage"]["completion_tokens"] == 40 for r in results)
+        assert all(r["usage"]["completion_tokens"] == 120 for r in results)
     finally:
         await stop(engine, runners, task)
 
