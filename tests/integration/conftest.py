@@ -56,7 +56,15 @@ class SandboxHandle:
 
 @pytest.fixture(scope="session")
 def sandbox() -> Iterator[SandboxHandle]:
-    handle = controlplane.up(say=lambda line: print(line, flush=True))
+    _, before = controlplane.status()
+    running_before = {row.name for row in before if row.state != "stopped"}
+    try:
+        handle = controlplane.up(say=lambda line: print(line, flush=True))
+    except controlplane.SandboxError:
+        # Leave nothing behind that this session started, then report the failure.
+        _, after = controlplane.status()
+        controlplane.down(only=[row.name for row in after if row.state != "stopped" and row.name not in running_before])
+        raise
     found = binaries.find_all()
     assert found is not None
     try:
