@@ -49,7 +49,7 @@ class OperatorMetrics:
         for p in PHASES:
             self.experiments.labels(p).set(sum(1 for v in self._phases.values() if v == p))
 
-    def serve(self, port: int) -> None:
-        """Serve /metrics on 0.0.0.0:port in a background thread (0 disables)."""
+    def serve(self, port: int, address: str = "127.0.0.1") -> None:
+        """Serve /metrics on address:port in a background thread (port 0 disables)."""
         if port:
-            start_http_server(port, registry=self.registry)
+            start_http_server(port, addr=address, registry=self.registry)

@@ -40,6 +40,8 @@ class OperatorSettings:
     """Log one JSON object per line (KNEEPOINT_LOG_FORMAT=json)."""
     metrics_port: int = 8080
     """Port of the operator's own /metrics (0 disables)."""
+    metrics_address: str = "127.0.0.1"
+    """Address /metrics listens on (KNEEPOINT_METRICS_ADDRESS); the chart sets the pod IP from the downward API."""
 
     @classmethod
     def from_env(cls, **overrides: object) -> "OperatorSettings":
@@ -58,6 +60,7 @@ class OperatorSettings:
             "ladder": ladder,
             "json_logs": os.environ.get("KNEEPOINT_LOG_FORMAT", "") == "json",
             "metrics_port": int(os.environ.get("KNEEPOINT_METRICS_PORT", cls.metrics_port)),
+            "metrics_address": os.environ.get("KNEEPOINT_METRICS_ADDRESS", cls.metrics_address),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

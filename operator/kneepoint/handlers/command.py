@@ -48,7 +48,7 @@ def command(
         asyncio.run(
             kopf.operator(
                 clusterwide=not settings.namespaces,
-                namespaces=list(settings.namespaces) or None,
+                namespaces=list(settings.namespaces),
                 standalone=True,
                 memo=memo,
             )

@@ -54,7 +54,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         metrics=metrics,
     )
     try:
-        metrics.serve(operator_settings.metrics_port)
+        metrics.serve(operator_settings.metrics_port, operator_settings.metrics_address)
     except OSError as exc:
         log.warning("Operator metrics not served on port %d: %s", operator_settings.metrics_port, exc)
     memo.wakeups = {}
