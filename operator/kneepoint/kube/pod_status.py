@@ -22,7 +22,14 @@ from kneepoint.core.observations import (
 from kneepoint.kube import naming
 
 # vLLM's own words when the model does not fit (REFERENCE.md section 2, and the simulator's copy).
-_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "No available memory for the cache blocks", "OOMKilled")
+_OOM_MARKERS = (
+    "CUDA out of memory",
+    "OutOfMemoryError",
+    "No available memory for the cache blocks",
+    "OOMKilled",
+    # vLLM's refusal when the KV pool cannot hold one max-model-len sequence.
+    "larger than the available KV cache memory",
+)
 
 
 def _get(obj: Mapping[str, Any] | None, *path: str, default: Any = None) -> Any:
