@@ -72,3 +72,115 @@ def sandbox() -> Iterator[SandboxHandle]:
     finally:
         if handle.started:
             controlplane.down(only=handle.started)
+
+
+# ---------------------------------------------------------------------------------------
+# The operator under test, as a real process against the sandbox.
+
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+
+# Short timings so a tier takes seconds in the sandbox (Prometheus scrapes every 2 s there).
+OPERATOR_ENV = {
+    "KNEEPOINT_SCRAPE_INTERVAL": "2",
+    "KNEEPOINT_METRICS_SETTLE_SECONDS": "5",
+    "KNEEPOINT_METRICS_DEADLINE_SECONDS": "60",
+    "KNEEPOINT_POLL_SECONDS": "2",
+    "KNEEPOINT_WAITING_POLL_SECONDS": "3",
+}
+
+
+class OperatorProcess:
+    """``kneepoint operator`` started as a subprocess; tests may kill and restart it."""
+
+    def __init__(self, sandbox: SandboxHandle, log_dir: Path, kubeconfig: Path | None = None, extra_env: dict[str, str] | None = None):
+        self.sandbox = sandbox
+        self.kubeconfig = kubeconfig or sandbox.kubeconfig
+        self.log_dir = log_dir
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"operator-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        env = dict(os.environ)
+        env.update(OPERATOR_ENV)
+        env.update(
+            {
+                "KUBECONFIG": str(self.kubeconfig),
+                "KNEEPOINT_PROMETHEUS_URL": self.sandbox.prometheus_url,
+                "KNEEPOINT_METRICS_PORT": "0",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(self.extra_env)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kneepoint", "operator"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+
+    def kill(self) -> None:
+        """SIGKILL, as a node failure or OOM kill would: no cleanup runs."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def logs(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("operator-*.log")))
+
+
+@pytest.fixture(scope="session")
+def operator(sandbox: SandboxHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """One operator for the session, watching all namespaces (tests use their own namespaces)."""
+    op = OperatorProcess(sandbox, tmp_path_factory.mktemp("operator"))
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+@pytest.fixture
+def namespace(sandbox: SandboxHandle) -> Iterator[str]:
+    """A fresh namespace per test; deleted afterwards (finalizers are the operator's to remove)."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    sandbox.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        sandbox.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def wait_for(predicate: Any, timeout: float, interval: float = 1.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns a truthy value or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last value: {last!r}")
