@@ -16,6 +16,7 @@ import click
 # name -> "module:attribute" of a click.Command. Keep sorted by name.
 _COMMANDS: dict[str, tuple[str, str]] = {
     "decide": ("kneepoint.commands.decide", "Print the record table and the decision for measured tiers."),
+    "demo": ("kneepoint.commands.demo", "Run an example experiment end to end on the local sandbox."),
     "estimate": ("kneepoint.commands.estimate", "Estimate per-GPU memory for every tier before spending GPU time."),
     "export": ("kneepoint.commands.export", "Print the KServe InferenceService for an experiment's decision."),
     "loadgen": ("kneepoint.loadgen.command", "Load-test an OpenAI-compatible server at fixed concurrency."),

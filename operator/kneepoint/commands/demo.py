@@ -1,0 +1,122 @@
+"""``kneepoint demo``: the README's first command, the whole loop on the embedded sandbox.
+
+It brings up the sandbox (building the control plane on first use), installs the operator
+with its Helm chart (so it runs as a pod with the chart's ServiceAccount and RBAC, like in a
+real cluster), applies an example experiment, follows it tier by tier until it is decided,
+and prints the record table, the decision and where the knee chart was written, plus the
+kubectl commands to look at it yourself.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+import yaml
+
+DEMO_NAMESPACE = "kneepoint-demo"
+OPERATOR_NAMESPACE = "kneepoint-system"
+RELEASE = "kneepoint"
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=False)
+
+
+def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise click.ClickException(f"{what} failed: {(proc.stderr or proc.stdout).strip()}")
+    return proc
+
+
+@click.command("demo")
+@click.option(
+    "--experiment",
+    "experiment_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="ParallelismExperiment to run (default: deploy/examples/experiment.yaml).",
+)
+@click.option("--namespace", "-n", default=DEMO_NAMESPACE, show_default=True, help="Namespace for the experiment.")
+@click.option("--png", type=click.Path(dir_okay=False, path_type=Path), default=Path("kneepoint-demo-knee.png"), show_default=True,
+              help="Where to write the knee chart.")
+@click.option("--timeout", type=float, default=900.0, show_default=True, help="Give up after this many seconds.")
+def command(experiment_path: Path | None, namespace: str, png: Path, timeout: float) -> None:
+    """Run an example experiment end to end on the local sandbox and print the decision."""
+    from kneepoint.sandbox import binaries, controlplane
+    from kneepoint.sandbox.helm_binary import ensure_helm
+
+    root = controlplane.repo_root()
+    if root is None:
+        raise click.ClickException("kneepoint demo needs the source checkout (charts/ and deploy/); run it from a clone")
+    experiment_path = experiment_path or root / "deploy" / "examples" / "experiment.yaml"
+    doc = yaml.safe_load(experiment_path.read_text())
+    name = doc["metadata"]["name"]
+    started = time.monotonic()
+
+    _say("== 1/4 sandbox: a real Kubernetes control plane with simulated GPU nodes")
+    try:
+        sandbox = controlplane.up(say=_say)
+    except controlplane.SandboxError as exc:
+        raise click.ClickException(str(exc)) from exc
+    found = binaries.find_all()
+    assert found is not None
+    kubectl = [str(found.kubectl), f"--kubeconfig={sandbox.kubeconfig}"]
+
+    _say("== 2/4 operator: helm install of charts/kneepoint (runs as a pod with the chart's ServiceAccount)")
+    helm = ensure_helm(say=_say)
+    _run(
+        [
+            str(helm), "upgrade", "--install", RELEASE, str(root / "charts" / "kneepoint"),
+            f"--kubeconfig={sandbox.kubeconfig}", "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+            "--set", f"prometheus.url={sandbox.prometheus_url}",
+            "--set", "prometheus.scrapeIntervalSeconds=2",
+            # The sandbox's Prometheus scrapes every 2 s, so the ladder need not wait long for the last scrape.
+            "--set", "extraEnv[0].name=KNEEPOINT_METRICS_SETTLE_SECONDS", "--set-string", "extraEnv[0].value=5",
+            "--set", "extraEnv[1].name=KNEEPOINT_POLL_SECONDS", "--set-string", "extraEnv[1].value=2",
+            "--wait", "--timeout", "120s",
+        ],
+        "helm upgrade --install",
+    )
+    _say(f"   operator running in namespace {OPERATOR_NAMESPACE}")
+
+    _say(f"== 3/4 experiment: {experiment_path.name} -> {namespace}/{name}")
+    subprocess.run([*kubectl, "create", "namespace", namespace], capture_output=True, text=True)
+    existing = subprocess.run([*kubectl, "-n", namespace, "get", "pexp", name], capture_output=True, text=True)
+    if existing.returncode == 0:
+        # A fresh run each time: the demo is about watching the ladder, not a cached answer.
+        _run([*kubectl, "-n", namespace, "delete", "pexp", name, "--wait=true", "--timeout=120s"], "deleting the previous run")
+    _run([*kubectl, "-n", namespace, "apply", "-f", str(experiment_path)], "kubectl apply")
+    _say("   follow it yourself in another terminal:")
+    _say(f"     export KUBECONFIG={sandbox.kubeconfig}")
+    _say(f"     {found.kubectl} get pexp -n {namespace} -w")
+    _say(f"     {found.kubectl} get events -n {namespace} --field-selector involvedObject.name={name} -w")
+
+    _say("== 4/4 watching the ladder (each tier: deploy, load test, metrics, stop rules)")
+    from kneepoint.commands.experiment_source import load_from_cluster, open_cluster
+    from kneepoint.commands.report import watch_experiment
+
+    cluster = open_cluster(str(sandbox.kubeconfig), namespace)
+    deadline = time.monotonic() + timeout
+
+    def fetch():  # type: ignore[no-untyped-def]
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"the experiment did not finish within {timeout:.0f} s; see kubectl describe pexp -n {namespace} {name}")
+        return load_from_cluster(cluster, name, require_tiers=False)
+
+    watch_experiment(fetch, echo=_say, warn=lambda line: click.echo(line, err=True), interval=3.0)
+
+    report = subprocess.run(
+        [sys.executable, "-m", "kneepoint", "report", name, "-n", namespace, f"--kubeconfig={sandbox.kubeconfig}", "--png", str(png)],
+        text=True,
+    )
+    _say("")
+    _say(f"knee chart: {png.resolve()}")
+    _say(f"KServe recommendation: kneepoint export {name} -n {namespace} --kserve --kubeconfig {sandbox.kubeconfig}")
+    _say(f"demo took {time.monotonic() - started:.0f} s; stop the sandbox with: kneepoint sandbox down")
+    if report.returncode not in (0,):
+        sys.exit(report.returncode)
