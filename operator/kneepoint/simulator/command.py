@@ -198,6 +198,8 @@ def check_fit(gpu: GpuType, arch: ModelArchitecture, tier: Tier, est: MemoryEsti
 @click.option("--model-load-seconds", envvar="KNEEPOINT_SIM_MODEL_LOAD_SECONDS", type=float, default=None,
               help="Seconds /health answers 503 (default: weights per GPU / 2 GB/s, at most 30 s).")
 @click.option("--truth-log", envvar="KNEEPOINT_SIM_TRUTH_LOG", default=None, help="Write one JSON line per finished request.")
+@click.option("--fail-fraction", envvar="KNEEPOINT_SIM_FAIL_FRACTION", type=float, default=0.0, show_default=True,
+              help="Fault injection: answer this share (0-1) of completion requests with HTTP 500. Env KNEEPOINT_SIM_FAIL_FRACTION.")
 @click.option("--inter-node-gbps", envvar="KNEEPOINT_SIM_INTER_NODE_GBPS", type=float, default=None,
               help="Bandwidth between pipeline stages on different nodes, GB/s (default: stages share a node).")
 @click.pass_context
@@ -260,6 +262,8 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
     for flag, key in (("--port", "port"), ("--dcgm-port", "dcgm_port")):
         if not 0 <= opts[key] <= 65535 or (key == "port" and opts[key] == 0):
             fail(flag, f"must be a port number; got {opts[key]}")
+    if not 0.0 <= opts["fail_fraction"] <= 1.0:
+        fail("--fail-fraction", f"must be in [0, 1]; got {opts['fail_fraction']}")
     if opts["inter_node_gbps"] is not None and opts["inter_node_gbps"] <= 0:
         fail("--inter-node-gbps", f"must be > 0; got {opts['inter_node_gbps']}")
     arch = resolve_architecture(opts["architecture"], model)
@@ -317,5 +321,5 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
         cache_config=cache_config, perf=perf, noise=opts["noise"], seed=opts["seed"], model_load_seconds=load_seconds,
         truth_log=opts["truth_log"], hostname=os.environ.get("NODE_NAME") or socket.gethostname(),
         pod=os.environ.get("POD_NAME") or None, namespace=os.environ.get("POD_NAMESPACE") or None,
-        container=os.environ.get("CONTAINER_NAME") or None,
+        container=os.environ.get("CONTAINER_NAME") or None, fail_fraction=opts["fail_fraction"],
     )

@@ -70,6 +70,8 @@ class SimulatorSettings:
     pod: str | None = None
     namespace: str | None = None
     container: str | None = None
+    fail_fraction: float = 0.0
+    """Share of completion requests answered with HTTP 500 (fault injection; 0 = none)."""
 
     @property
     def model_name(self) -> str:
@@ -195,6 +197,7 @@ class Engine:
         self._counter = 0
         self._id_salt = random.Random(settings.seed).getrandbits(32)
         self._length_rng = random.Random(settings.seed + 1)
+        self._fault_rng = random.Random(settings.seed + 2)
         self._wall_offset = time.time() - loop.time()
         self._truth: IO[str] | None = open(settings.truth_log, "a", encoding="utf-8") if settings.truth_log else None
         self._stopping = False
@@ -223,6 +226,10 @@ class Engine:
         self._counter += 1
         prefix = "chatcmpl" if chat else "cmpl"
         return f"{prefix}-{self._id_salt:08x}{self._counter:08x}", self._counter
+
+    def injected_failure(self) -> bool:
+        """True for the seeded share ``fail_fraction`` of requests (``--fail-fraction``)."""
+        return self.settings.fail_fraction > 0 and self._fault_rng.random() < self.settings.fail_fraction
 
     def natural_length(self, limit: int) -> int:
         low, high = NATURAL_LENGTH_RANGE
@@ -427,6 +434,9 @@ class Api:
         parsed, problem = self._parse(body, chat)
         if problem is not None:
             return problem
+        if engine.injected_failure():
+            # As vLLM answers an engine error: 500 with its JSON error body, before any token.
+            return _error(500, "injected failure (kneepoint sim --fail-fraction)", "InternalServerError")
         request_id, seed = engine.new_request_id(chat)
         limit = parsed["limit"]
         if limit is None:
