@@ -60,7 +60,8 @@ def _one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict
 
 
 def _env(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+    """Literal env values; downward-API ones (the metrics address = status.podIP) are set by the kubelet."""
+    return {e["name"]: e.get("value", "") for e in container.get("env", []) if "valueFrom" not in e}
 
 
 # --------------------------------------------------------------------------- lint
