@@ -21,6 +21,10 @@ class EnsureEngine:
     """Node chosen by the capacity check (used as a preferred placement hint only)."""
     interconnect: str | None = None
     """Interconnect of the chosen domain (for Simulate mode's simulator flags)."""
+    group_size: int = 1
+    """Pods of one replica: above 1 the engine is a LeaderWorkerSet group (PP across nodes), not a Deployment."""
+    node_names: tuple[str, ...] = ()
+    """Nodes the capacity check found for a group's pods (GPU reservations until the pods are bound)."""
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,25 @@ def tier_of(result: TierResult) -> Tier:
     return Tier(result.tensor_parallel, result.pipeline_parallel)
 
 
+def is_multi_node(tier: Tier, max_node_gpus: int) -> bool:
+    """Whether one replica of ``tier`` needs more GPUs than one node has, so PP must cross nodes.
+
+    Such a tier runs as a LeaderWorkerSet group of PP pods, each holding TP GPUs (KServe's
+    workerSpec reads the same way: tensorParallelSize per node, pipelineParallelSize nodes).
+    """
+    return tier.pipeline_parallel > 1 and tier.gpus > max_node_gpus
+
+
+def group_size(spec: ExperimentSpec, result: TierResult) -> int:
+    """Pods of one replica as deployed: PP for a multi-node tier in Measure mode, else 1.
+
+    Simulate mode runs one simulator for the whole tier (it needs no GPUs, hence no group).
+    """
+    if result.multi_node and spec.mode != "Simulate":
+        return result.nodes or result.pipeline_parallel
+    return 1
+
+
 def _estimate(spec: ExperimentSpec, obs: Observations, tier: Tier) -> MemoryEstimate:
     return estimate_memory(
         obs.architecture,
@@ -295,13 +314,17 @@ def _plan(p: _Pass, spec_hash: str) -> None:
     ladder = ladder_tiers(spec)
     estimates = {tier: _estimate(spec, obs, tier) for tier in ladder}
     min_pp = min(t.pipeline_parallel for t in ladder)
-    tp_only_fits = any(estimates[t].fits for t in ladder if t.pipeline_parallel == min_pp)
     max_node_gpus = fleet.max_gpus_per_node() if (fleet and fleet.domains) else obs.gpu.max_gpus_per_node
+    # "TP alone holds the model" counts only TP tiers that fit one node: a TP16 tier on
+    # 8-GPU nodes is skipped anyway, so it cannot make PP unnecessary.
+    tp_only_fits = any(estimates[t].fits for t in ladder if t.pipeline_parallel == min_pp and t.gpus <= max_node_gpus)
+    topology_key = spec.placement.multi_node_topology_key
 
     results = []
     lines = []
     for tier in ladder:
         est = estimates[tier]
+        multi = is_multi_node(tier, max_node_gpus)
         base = TierResult(
             tensor_parallel=tier.tensor_parallel,
             pipeline_parallel=tier.pipeline_parallel,
@@ -310,12 +333,44 @@ def _plan(p: _Pass, spec_hash: str) -> None:
             estimated_memory_gi_b=round(est.needed_bytes_per_gpu / GIB, 2),
             gpu_memory_gi_b=round(obs.gpu.memory_bytes / GIB, 2),
             simulated=True if simulate else None,
+            multi_node=True if multi else None,
+            nodes=tier.pipeline_parallel if multi else None,
         )
         if not est.fits:
             result = replace(base, phase=TIER_SKIPPED, does_not_fit=True, reason=f"does not fit (estimate): {est.reason}", finished_at=p.now)
         elif tier.pipeline_parallel > min_pp and tp_only_fits:
             result = replace(
                 base, phase=TIER_SKIPPED, reason="pipeline parallelism not needed: tensor parallelism alone holds the model", finished_at=p.now
+            )
+        elif multi and tier.tensor_parallel > max_node_gpus:
+            # TP all-reduces every layer: across nodes it would run over the network. TP stays
+            # inside one node's NVLink domain; only PP may cross nodes.
+            result = replace(
+                base,
+                phase=TIER_SKIPPED,
+                reason=(
+                    f"refused: tensor parallelism would span nodes (TP{tier.tensor_parallel} needs {tier.tensor_parallel} GPUs "
+                    f"in one NVLink domain; the largest matching node has {max_node_gpus}); TP stays inside a node, PP goes "
+                    f"across nodes: list tensorParallel sizes up to {max_node_gpus}"
+                ),
+                finished_at=p.now,
+            )
+        elif (
+            multi
+            and not simulate
+            and fleet is not None
+            and not fleet.can_ever_hold_group(tier.tensor_parallel, tier.pipeline_parallel, require_nvlink, topology_key)
+        ):
+            where = f" in one {topology_key} domain" if topology_key else ""
+            result = replace(
+                base,
+                phase=TIER_SKIPPED,
+                reason=(
+                    f"needs {tier.pipeline_parallel} pods of {tier.tensor_parallel} GPUs in one NVLink domain each{where} "
+                    f"(one replica across nodes); the fleet holds "
+                    f"{fleet.group_nodes_possible(tier.tensor_parallel, require_nvlink)} such pod(s) in all"
+                ),
+                finished_at=p.now,
             )
         elif tier.pipeline_parallel == 1 and tier.gpus > max_node_gpus:
             result = replace(
@@ -402,12 +457,29 @@ def _tier_pending(p: _Pass, current: TierResult) -> None:
     simulate = p.spec.mode == "Simulate"
     fleet = p.obs.fleet
     domain = None
+    pods = group_size(p.spec, current)
+    group: tuple[Any, ...] = ()
+    if pods > 1 and p.obs.leader_worker_set_api is False:
+        _fail_tier(
+            p,
+            current,
+            reasons.TIER_START_FAILED,
+            f"{tier.label} needs {pods} nodes and runs as a LeaderWorkerSet, but this cluster does not serve "
+            "leaderworkerset.x-k8s.io/v1: install LWS (sigs.k8s.io/lws) or leave out pipelineParallel sizes that need "
+            "more than one node",
+        )
+        return
     if not simulate:
         if fleet is None:
             p.requeue(p.settings.waiting_poll_seconds)
             return
         require_nvlink = fleet.has_nvlink()
-        domain = fleet.free_now(tier.gpus, require_nvlink)
+        if pods > 1:
+            topology_key = p.spec.placement.multi_node_topology_key
+            group = fleet.free_group(tier.tensor_parallel, pods, require_nvlink, topology_key) or ()
+            domain = group[0] if group else None
+        else:
+            domain = fleet.free_now(tier.gpus, require_nvlink)
         first_in_queue = p.obs.queue_position in (None, 1)
         if domain is None or not first_in_queue:
             free = max((d.gpus_free for d in fleet.domains), default=0)
@@ -415,6 +487,15 @@ def _tier_pending(p: _Pass, current: TierResult) -> None:
                 f"{tier.gpus} free {'NVLink-connected ' if require_nvlink and tier.gpus > 1 else ''}GPU(s) of "
                 f"{'/'.join(fleet.products()) or 'the requested product'} on one node (most free on one node now: {free})"
             )
+            if pods > 1:
+                key = p.spec.placement.multi_node_topology_key
+                fit_now = sum(d.gpus_free // tier.tensor_parallel for d in fleet.domains)
+                waiting = (
+                    f"{pods} nodes with {tier.tensor_parallel} free {'NVLink-connected ' if require_nvlink else ''}GPU(s) "
+                    f"of {'/'.join(fleet.products()) or 'the requested product'} each"
+                    + (f" in one {key} domain" if key else "")
+                    + f" (one replica across nodes; pods that would fit now: {fit_now})"
+                )
             if domain is not None and not first_in_queue:
                 waiting = f"its turn: position {p.obs.queue_position} among experiments waiting for GPUs"
             if current.phase != TIER_WAITING:
@@ -428,11 +509,19 @@ def _tier_pending(p: _Pass, current: TierResult) -> None:
             return
 
     p.actions.append(
-        EnsureEngine(tier, node_name=domain.node_name if domain else None, interconnect=domain.interconnect if domain else None)
+        EnsureEngine(
+            tier,
+            node_name=domain.node_name if domain else None,
+            interconnect=domain.interconnect if domain else None,
+            group_size=pods,
+            node_names=tuple(d.node_name for d in group),
+        )
     )
     p.put_tier(replace(current, phase=TIER_DEPLOYING, reason=None, started_at=p.now, node_name=domain.node_name if domain else None))
     p.status = replace(p.status, waiting_for=None, queue_position=None, waiting_since=None)
     where = f" on {domain.node_name}" if domain else ""
+    if group:
+        where = f" as a LeaderWorkerSet of {pods} pods ({tier.tensor_parallel} GPUs each) on {', '.join(sorted({d.node_name for d in group}))}"
     p.event(reasons.TIER_DEPLOYING, f"Deploying {tier.label} ({tier.gpus} GPU(s)){where}")
     p.message(f"{tier.label}: deploying the engine{where}")
     p.requeue(p.settings.poll_seconds)
@@ -442,11 +531,13 @@ def _tier_deploying(p: _Pass, current: TierResult) -> None:
     tier = tier_of(current)
     engine = p.obs.engine
     elapsed = _elapsed_since(p, current.started_at)
+    pods = group_size(p.spec, current)
     if engine is None or not engine.exists:
         # Created by the previous pass but not visible yet, or deleted by someone: ensure again.
-        p.actions.append(EnsureEngine(tier, node_name=current.node_name))
+        p.actions.append(EnsureEngine(tier, node_name=current.node_name, group_size=pods))
         if elapsed > p.spec.budget.tier_timeout_seconds:
-            _fail_tier(p, current, "TierStartFailed", f"the engine Deployment did not appear within {p.spec.budget.tier_timeout_seconds} s")
+            kind = "LeaderWorkerSet" if pods > 1 else "Deployment"
+            _fail_tier(p, current, "TierStartFailed", f"the engine {kind} did not appear within {p.spec.budget.tier_timeout_seconds} s")
             return
         p.requeue(p.settings.poll_seconds)
         return
@@ -460,6 +551,7 @@ def _tier_deploying(p: _Pass, current: TierResult) -> None:
                 model_load_seconds=round(elapsed, 1),
                 attempts=attempt,
                 node_name=engine.node_name or current.node_name,
+                node_names=engine.node_names or None if pods > 1 else current.node_names,
                 load_test_started_at=p.now,
             )
         )
@@ -486,6 +578,11 @@ def _tier_deploying(p: _Pass, current: TierResult) -> None:
             START_CRASH_LOOP: reasons.TIER_START_FAILED,
         }.get(kind or "", reasons.TIER_START_FAILED)
         detail = f"{kind}: {message}" if kind else "never became Ready"
+        if engine.pods_total is not None:
+            # A group partly scheduled (leader running, workers Pending) says how far it got.
+            current = replace(current, pods_placed=engine.pods_placed, node_names=engine.node_names or None)
+            if not kind:
+                detail = f"never became Ready: {engine.pods_placed} of {engine.pods_total} pods placed"
         _fail_tier(p, current, label, f"not Ready within {p.spec.budget.tier_timeout_seconds} s ({detail})".strip())
         return
     if kind:
@@ -709,7 +806,8 @@ def _finish(p: _Pass, budget_stopped: bool) -> None:
     keep = p.spec.cleanup.winner == "Keep"
     winner = Tier(decision.tensor_parallel, decision.pipeline_parallel)
     if keep:
-        p.actions.append(EnsureEngine(winner))
+        winner_result = p.status.tier(winner.name)
+        p.actions.append(EnsureEngine(winner, group_size=group_size(p.spec, winner_result) if winner_result else 1))
         p.actions.append(DeleteAllChildren(keep_tier=winner))
     else:
         p.actions.append(DeleteAllChildren())

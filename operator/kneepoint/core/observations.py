@@ -31,6 +31,8 @@ class DomainCapacity:
     nvlink_domain_size: int
     interconnect: str
     """nvlink, pcie or mixed (node label kneepoint.io/interconnect)."""
+    topology_domain: str | None = None
+    """Value of the spec's multi-node topology label on this node (None: no key asked, or the node lacks it)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,47 @@ class FleetView:
         ]
         return min(fits, key=lambda d: (d.gpus_free, d.node_name)) if fits else None
 
+    # -- multi-node groups (one replica = ``pods`` pods of ``gpus_per_pod`` GPUs each)
+
+    def _group_slots(self, gpus_per_pod: int, require_nvlink: bool, free: bool) -> dict[str | None, list[DomainCapacity]]:
+        """Per topology domain, one entry per pod a node can take (a node with room for two pods appears twice)."""
+        slots: dict[str | None, list[DomainCapacity]] = {}
+        for d in sorted(self.domains, key=lambda d: (-(d.gpus_free if free else d.gpus_total), d.node_name)):
+            if require_nvlink and gpus_per_pod > 1 and d.nvlink_domain_size < gpus_per_pod:
+                continue
+            room = (d.gpus_free if free else d.gpus_total) // max(1, gpus_per_pod)
+            slots.setdefault(d.topology_domain, []).extend([d] * room)
+        return slots
+
+    def can_ever_hold_group(self, gpus_per_pod: int, pods: int, require_nvlink: bool, topology_key: str | None = None) -> bool:
+        """Whether the fleet, if empty, could place ``pods`` pods of ``gpus_per_pod`` GPUs each (TP inside each
+        pod's NVLink domain), all in one topology domain when ``topology_key`` is set."""
+        slots = self._group_slots(gpus_per_pod, require_nvlink, free=False)
+        if topology_key is None:
+            return sum(len(v) for v in slots.values()) >= pods
+        return any(len(v) >= pods for k, v in slots.items() if k is not None)
+
+    def free_group(
+        self, gpus_per_pod: int, pods: int, require_nvlink: bool, topology_key: str | None = None
+    ) -> tuple[DomainCapacity, ...] | None:
+        """Nodes with room now for the group's pods (most free first, one entry per pod), or None.
+
+        With ``topology_key`` all of them share one value of that label; without it the group
+        may use any nodes. A node listed twice takes two of the group's pods.
+        """
+        slots = self._group_slots(gpus_per_pod, require_nvlink, free=True)
+        if topology_key is None:
+            merged = sorted((d for v in slots.values() for d in v), key=lambda d: (-d.gpus_free, d.node_name))
+            return tuple(merged[:pods]) if len(merged) >= pods else None
+        for key in sorted(k for k in slots if k is not None):
+            if len(slots[key]) >= pods:
+                return tuple(slots[key][:pods])
+        return None
+
+    def group_nodes_possible(self, gpus_per_pod: int, require_nvlink: bool) -> int:
+        """How many pods of ``gpus_per_pod`` GPUs the whole fleet could hold if it were empty (for messages)."""
+        return sum(len(v) for v in self._group_slots(gpus_per_pod, require_nvlink, free=False).values())
+
 
 @dataclass(frozen=True)
 class EngineState:
@@ -79,6 +122,12 @@ class EngineState:
     """One of the START_* constants when the pod tells why it cannot start."""
     failure_message: str | None = None
     restarts: int = 0
+    pods_total: int | None = None
+    """Pods of a multi-node group (LeaderWorkerSet size); None for a Deployment's single pod."""
+    pods_placed: int | None = None
+    """Pods of the group bound to a node so far."""
+    node_names: tuple[str, ...] = ()
+    """Nodes of the group's pods, leader first."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +176,8 @@ class Observations:
     engine: EngineState | None = None
     load_test: LoadTestState | None = None
     metrics: MetricWindow | None = None
+    leader_worker_set_api: bool | None = None
+    """Whether the cluster serves leaderworkerset.x-k8s.io/v1 (checked only before a multi-node tier deploys)."""
     plan_error: str | None = None
     """Set when the plan cannot be made (for example the config.json ConfigMap is missing)."""
     architecture: Any = None

@@ -125,6 +125,13 @@ RECORD_HEADERS = tuple(header for header, _ in _COLUMNS)
 """The record table's column headers, in the order :func:`record_row` returns cells (for other renderings)."""
 
 
+def gpus_cell(tier: TierResult) -> str:
+    """GPUs per replica; a multi-node tier also says over how many nodes (``16 (2 nodes)``)."""
+    if tier.multi_node and tier.nodes:
+        return f"{tier.gpus} ({tier.nodes} nodes)"
+    return str(tier.gpus)
+
+
 def record_row(tier: TierResult) -> list[str]:
     """One tier as the table's cells, in column order."""
     reason = tier.reason if tier.phase in (TIER_SKIPPED, TIER_FAILED) and tier.reason else ""
@@ -132,7 +139,7 @@ def record_row(tier: TierResult) -> list[str]:
         reason = "does not fit" + (f": {reason}" if reason else "")
     return [
         tier_label(tier),
-        str(tier.gpus),
+        gpus_cell(tier),
         tier.phase,
         _cell(tier.output_tokens_per_second, ".0f"),
         _cell(tier.requests_per_second, ".2f"),
@@ -180,6 +187,14 @@ def format_decision(decision: Decision, capacity_explanation: str | None = None)
         f"decision: {label} ({decision.gpus_per_replica} GPU{'s' if decision.gpus_per_replica != 1 else ''} per replica), "
         f"rule {decision.rule}" + (f" (fired: {', '.join(decision.rules_fired)})" if decision.rules_fired and len(decision.rules_fired) > 1 else ""),
         f"classification: {decision.classification}",
+        *(
+            [
+                f"multi-node: one replica spans {decision.nodes} nodes ({decision.tensor_parallel} GPUs per node, "
+                f"pipeline parallel across nodes; LeaderWorkerSet, KServe workerSpec)"
+            ]
+            if decision.multi_node
+            else []
+        ),
         f"replicas: {decision.replicas} (total GPUs {decision.total_gpus if decision.total_gpus is not None else decision.replicas * decision.gpus_per_replica})",
         f"per-replica concurrency: {decision.per_replica_concurrency} ({decision.per_replica_concurrency_source})",
         "SLO met at the load-test concurrency: " + _slo_text(decision),

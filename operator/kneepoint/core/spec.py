@@ -265,6 +265,15 @@ class PlacementSpec:
     )
     node_selector: dict[str, str] = api_field("Extra node selector for engine pods.", default_factory=dict)
     tolerations: tuple[Toleration, ...] = api_field("Tolerations for engine pods.", default=())
+    multi_node_topology_key: str | None = api_field(
+        "Node label naming the topology domain (a rack, a network block: for example topology.kubernetes.io/zone) that "
+        "holds all pods of one multi-node replica. A tier whose TP x PP exceeds one node runs as a LeaderWorkerSet group "
+        "of PP pods; with this key its pods share one value of the label (LWS exclusive-topology annotation) and the "
+        "capacity check counts nodes per value. Default: no constraint.",
+        default=None,
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+        max_length=316,
+    )
 
 
 @dataclass(frozen=True)

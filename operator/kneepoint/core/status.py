@@ -111,7 +111,17 @@ class TierResult:
     load_test_started_at: str | None = api_field("Start of the measured window.", default=None)
     load_test_finished_at: str | None = api_field("End of the measured window.", default=None)
     finished_at: str | None = api_field("When the tier reached Measured, Failed or Skipped.", default=None)
-    node_name: str | None = api_field("Node the engine ran on.", default=None)
+    node_name: str | None = api_field("Node the engine ran on (the leader's node for a multi-node tier).", default=None)
+    multi_node: bool | None = api_field(
+        "True when one replica of this tier spans several nodes: it runs as a LeaderWorkerSet group (TP inside each "
+        "pod's node, PP across the group's pods) instead of a Deployment.",
+        default=None,
+    )
+    nodes: int | None = api_field("Pods (nodes) of one multi-node replica: the LeaderWorkerSet group size, = pipelineParallel.", default=None)
+    node_names: tuple[str, ...] | None = api_field("Nodes the multi-node group's pods ran on, leader first.", default=None)
+    pods_placed: int | None = api_field(
+        "Pods of the multi-node group the scheduler had placed when the tier failed to start (partial scheduling).", default=None
+    )
     missing_metrics: tuple[str, ...] | None = api_field("Metrics Prometheus did not return for this tier.", default=None)
     client_limited: bool | None = api_field("True when the load generator, not the server, limited the run.", default=None)
 
@@ -139,6 +149,10 @@ class Decision:
     total_gpus: int | None = api_field("replicas x gpusPerReplica.", default=None)
     unevaluated_rules: tuple[str, ...] | None = api_field("Rules that could not be evaluated (missing metrics).", default=None)
     simulated: bool | None = api_field("True when decided from simulated measurements.", default=None)
+    multi_node: bool | None = api_field(
+        "True when one replica of the decided tier spans several nodes (LeaderWorkerSet; KServe workerSpec).", default=None
+    )
+    nodes: int | None = api_field("Nodes one replica of the decided tier spans, when multiNode.", default=None)
 
 
 @dataclass(frozen=True)
