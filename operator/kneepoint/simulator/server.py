@@ -222,10 +222,18 @@ class Engine:
         return min(1.0, share) * s.weights_bytes_per_gpu
 
     # -- requests ------------------------------------------------------------------------------
-    def new_request_id(self, chat: bool) -> tuple[str, int]:
+    def new_request_id(self, chat: bool, client_id: str | None = None) -> tuple[str, int]:
+        """(response id, seed). As vLLM, a client's ``X-Request-Id`` names the request
+        (``cmpl-<id>``/``chatcmpl-<id>``), so clients and the truth log can be joined; see
+        :meth:`submit` for an id already in flight."""
         self._counter += 1
         prefix = "chatcmpl" if chat else "cmpl"
-        return f"{prefix}-{self._id_salt:08x}{self._counter:08x}", self._counter
+        if client_id:
+            return f"{prefix}-{client_id}", self._counter
+        return self._generated_id(prefix, self._counter), self._counter
+
+    def _generated_id(self, prefix: str, counter: int) -> str:
+        return f"{prefix}-{self._id_salt:08x}{counter:08x}"
 
     def injected_failure(self) -> bool:
         """True for the seeded share ``fail_fraction`` of requests (``--fail-fraction``)."""
@@ -236,6 +244,9 @@ class Engine:
         return max(1, min(limit, self._length_rng.randint(low, high)))
 
     def submit(self, handle: RequestHandle, finish_reason: str) -> None:
+        if handle.request_id in self.handles:
+            # A client reused an X-Request-Id still in flight: the scheduler needs unique ids.
+            handle.request_id = self._generated_id(handle.request_id.split("-", 1)[0], handle.seed)
         handle.prepare(finish_reason)
         self.scheduler.add_request(handle.request_id, handle.prompt_tokens, handle.max_tokens, finish_reason=finish_reason)
         self.handles[handle.request_id] = handle
@@ -437,7 +448,7 @@ class Api:
         if engine.injected_failure():
             # As vLLM answers an engine error: 500 with its JSON error body, before any token.
             return _error(500, "injected failure (kneepoint sim --fail-fraction)", "InternalServerError")
-        request_id, seed = engine.new_request_id(chat)
+        request_id, seed = engine.new_request_id(chat, request.headers.get("X-Request-Id"))
         limit = parsed["limit"]
         if limit is None:
             max_tokens = engine.natural_length(self.settings.max_model_len - parsed["prompt"])

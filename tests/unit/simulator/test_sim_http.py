@@ -280,3 +280,25 @@ async def test_truth_log_has_one_line_per_finished_request(tmp_path) -> None:
         assert r["arrival"] <= r["firstScheduled"] <= r["firstToken"] <= r["finish"]
         assert r["ttftSeconds"] == pytest.approx(r["firstToken"] - r["arrival"], abs=1e-5)
         assert r["e2eSeconds"] >= r["ttftSeconds"] > 0
+
+
+async def test_x_request_id_names_the_response_and_the_truth_line(tmp_path) -> None:
+    # vLLM's behaviour: the header becomes the response id, so a client's records join the truth log.
+    path = tmp_path / "truth.jsonl"
+    settings = make_settings("--truth-log", str(path))
+    engine, runners, task = await start(settings)
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{settings.port}") as session:
+            async def one(header: str) -> dict:
+                body = {"prompt": [1] * 10, "max_tokens": 40}
+                async with session.post("/v1/completions", json=body, headers={"X-Request-Id": header}) as resp:
+                    return await resp.json()
+            first = await one("abc-1")
+            # Two in flight with one id: the second gets a generated id instead of clashing.
+            twins = await asyncio.gather(one("dup"), one("dup"))
+    finally:
+        await stop(engine, runners, task)
+    assert first["id"] == "cmpl-abc-1"
+    assert sorted(t["id"] == "cmpl-dup" for t in twins) == [False, True]
+    ids = {json.loads(line)["id"] for line in path.read_text().splitlines()}
+    assert ids == {"cmpl-abc-1"} | {t["id"] for t in twins}
