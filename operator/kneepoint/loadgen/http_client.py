@@ -161,6 +161,7 @@ async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord, 
         record.itl = state.gaps
     else:
         record.latency = time.perf_counter() - started
+    record.response_id = state.response_id
     prompt_tokens, completion_tokens = usage_tokens(state.usage)
     record.input_tokens = prompt_tokens
     if completion_tokens is None:

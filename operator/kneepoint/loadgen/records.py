@@ -68,6 +68,8 @@ class RequestRecord:
     end: float | None = None
     """Wall time the request finished (success or failure)."""
     worker: int = 0
+    response_id: str | None = None
+    """The ``id`` of the first streamed chunk, to join with server-side logs (streaming only)."""
 
     @property
     def ok(self) -> bool:

@@ -155,6 +155,8 @@ class CompletionStream:
     gaps: list[float] = field(default_factory=list)
     output_chunks: int = 0
     usage: dict[str, Any] | None = None
+    response_id: str | None = None
+    """``id`` of the first chunk (OpenAI's completion id), for joining with server logs."""
 
     def on_event(self, event: SSEEvent, now: float) -> None:
         """Apply one event received at ``now`` (perf_counter seconds).
@@ -182,6 +184,10 @@ class CompletionStream:
             raise MalformedStream(f"a chunk with neither choices nor usage: {payload[:80]!r}")
         if isinstance(usage, dict):
             self.usage = usage
+        if self.response_id is None:
+            rid = chunk.get("id")
+            if isinstance(rid, str):
+                self.response_id = rid
         if choices:
             if not isinstance(choices, list):
                 raise MalformedStream(f"choices that is not a list: {payload[:80]!r}")

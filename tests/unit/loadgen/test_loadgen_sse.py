@@ -127,6 +127,13 @@ def test_chat_role_chunk_is_not_output_but_reasoning_is() -> None:
     assert state.output_chunks == 2
 
 
+def test_response_id_is_the_first_chunks_id() -> None:
+    raw = _stream({"id": "chatcmpl-a", "choices": [{"index": 0, "delta": {"content": "x"}}]},
+                  {"id": "chatcmpl-b", "choices": [{"index": 0, "delta": {"content": "y"}}]}, "[DONE]")
+    assert _run(_decode_all([raw]), [0.1, 0.2, 0.3]).response_id == "chatcmpl-a"
+    assert _run(_decode_all([VLLM_LIKE]), [1.0, 1.25, 1.3, 1.31]).response_id is None
+
+
 @pytest.mark.parametrize(
     "payload",
     ["{not json", "[1, 2]", '{"id": "x"}', '{"choices": 3}', '{"choices": ["text"]}'],
