@@ -333,7 +333,8 @@ def _plan(p: _Pass, spec_hash: str) -> None:
             estimated_memory_gi_b=round(est.needed_bytes_per_gpu / GIB, 2),
             gpu_memory_gi_b=round(obs.gpu.memory_bytes / GIB, 2),
             simulated=True if simulate else None,
-            multi_node=True if multi else None,
+            # False (not None) on single-node PP tiers: consumers then know PP stays on one node.
+            multi_node=True if multi else (False if tier.pipeline_parallel > 1 else None),
             nodes=tier.pipeline_parallel if multi else None,
         )
         if not est.fits:
@@ -776,7 +777,8 @@ def _decide_or_continue(p: _Pass) -> None:
             p.message(f"going on to {tier_of(nxt).label}")
         p.requeue(0.0)
         return
-    _skip_remaining(p, f"not needed: the ladder stopped at {outcome.decision.tensor_parallel}x{outcome.decision.pipeline_parallel} (rule {outcome.decision.rule})")
+    winner = Tier(outcome.decision.tensor_parallel, outcome.decision.pipeline_parallel)
+    _skip_remaining(p, f"not needed: the ladder stopped at {winner.label} (rule {outcome.decision.rule})")
     _finish(p, budget_stopped=False)
 
 
