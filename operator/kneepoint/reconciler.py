@@ -27,6 +27,7 @@ from kneepoint.core.ladder import (
     TERMINAL_TIER_PHASES,
     Step,
     derive_phase,
+    group_size,
     measurement_hash,
     reconcile_step,
     rfc3339,
@@ -86,7 +87,8 @@ class GpuLedger:
     def reserved(self, now: float, visible_keys: set[str]) -> dict[str, int]:
         out: dict[str, int] = {}
         for key, r in list(self.reservations.items()):
-            if r.expires < now or key in visible_keys:
+            # A group's reservations are keyed "<experiment>/<tier>#<pod>"; its pods show the tier.
+            if r.expires < now or key.split("#", 1)[0] in visible_keys:
                 del self.reservations[key]
                 continue
             out[r.node] = out.get(r.node, 0) + r.gpus
@@ -323,6 +325,16 @@ class Reconciler:
         if needs_fleet:
             nodes = await self.reader.nodes()
             pods = await self.reader.active_pods_on_nodes()
+            if current is not None and current.phase in (TIER_PENDING, TIER_WAITING):
+                # An operator killed after creating this tier's engine but before writing
+                # status finds the engine's pod holding GPUs: they are this tier's own, not
+                # taken (else it would wait for GPUs it holds, for ever on a full fleet).
+                own = naming.child_labels(name, tier_of(current), naming.ROLE_ENGINE)
+                pods = [
+                    p for p in pods
+                    if not (p["metadata"].get("namespace") == namespace
+                            and all(p["metadata"].get("labels", {}).get(k) == v for k, v in own.items()))
+                ]
             visible = {
                 f"{p['metadata'].get('labels', {}).get(naming.LABEL_EXPERIMENT)}/{p['metadata'].get('labels', {}).get(naming.LABEL_TIER)}"
                 for p in pods
@@ -332,7 +344,10 @@ class Reconciler:
             if product is None:
                 all_view = pod_status.fleet_view(nodes, pods, spec.placement.gpu_resource, None, spec.placement.node_selector, reserved)
                 product = all_view.products()[0] if all_view.products() else None
-            fleet = pod_status.fleet_view(nodes, pods, spec.placement.gpu_resource, product, spec.placement.node_selector, reserved)
+            fleet = pod_status.fleet_view(
+                nodes, pods, spec.placement.gpu_resource, product, spec.placement.node_selector, reserved,
+                topology_key=spec.placement.multi_node_topology_key,
+            )
             if current is not None and current.phase in (TIER_PENDING, TIER_WAITING) and product:
                 if current.phase == TIER_WAITING:
                     queue_position = self.queue.position(product, uid, status.waiting_since)
@@ -353,9 +368,17 @@ class Reconciler:
             )
 
         engine = load_test = metrics = None
+        lws_api = None
         if current is not None:
             tier = tier_of(current)
-            if current.phase in (TIER_DEPLOYING, TIER_LOAD_TESTING):
+            multi_node = group_size(spec, current) > 1
+            if multi_node and current.phase in (TIER_PENDING, TIER_WAITING):
+                lws_api = await self.reader.leader_worker_set_served()
+            if multi_node and current.phase in (TIER_DEPLOYING, TIER_LOAD_TESTING):
+                group = await self.reader.leader_worker_set(namespace, naming.engine_name(name, tier))
+                pods = await self.reader.engine_pods(name, namespace, tier) if group else []
+                engine = pod_status.group_state(group, pods)
+            elif current.phase in (TIER_DEPLOYING, TIER_LOAD_TESTING):
                 deployment = await self.reader.deployment(namespace, naming.engine_name(name, tier))
                 pods = await self.reader.engine_pods(name, namespace, tier) if deployment else []
                 engine = pod_status.engine_state(deployment, pods)
@@ -388,6 +411,7 @@ class Reconciler:
             engine=engine,
             load_test=load_test,
             metrics=metrics,
+            leader_worker_set_api=lws_api,
             plan_error=arch_error,
             architecture=arch,
             gpu=gpu,
@@ -408,6 +432,18 @@ class Reconciler:
         return await reader.window(namespace, naming.engine_name(name, tier), start, end)
 
     # ------------------------------------------------------------------ apply
+    async def _ensure_group(
+        self, action: EnsureEngine, spec: ExperimentSpec, owner: manifests.Owner, build: manifests.BuildContext, obs: Observations
+    ) -> None:
+        """A multi-node tier: the LeaderWorkerSet, a Service for its leader, GPU reservations per pod."""
+        await self.writer.create(
+            manifests.build_engine_leader_worker_set(spec, owner, action.tier, build, spec.placement.multi_node_topology_key)
+        )
+        await self.writer.create(manifests.build_engine_service(spec, owner, action.tier, leader_only=True))
+        key = f"{naming.experiment_label_value(owner.name)}/{action.tier.name}"
+        for index, node in enumerate(action.node_names):
+            self.ledger.reserve(node, action.tier.tensor_parallel, f"{key}#{index}", obs.now)
+
     async def _apply(
         self,
         action: Any,
@@ -426,6 +462,9 @@ class Reconciler:
         if isinstance(action, EnsureEngine):
             if spec.mode == "Simulate" and not build.gpu_product:
                 build = dataclasses.replace(build, gpu_product=(obs.gpu.product_labels[0] if obs.gpu else None))
+            if action.group_size > 1:
+                await self._ensure_group(action, spec, owner, build, obs)
+                return status
             await self.writer.create(
                 manifests.build_engine_deployment(spec, owner, action.tier, build, action.node_name, action.interconnect)
             )

@@ -1,0 +1,190 @@
+"""Fault: the operator process is killed with SIGKILL at every ladder step, many times in one experiment.
+
+One two-tier experiment (TP1, TP2) is driven while the operator is killed and restarted
+at each step the status shows: right after it was accepted (planning), while its first
+tier waits for GPUs (blocker pods hold every H200), Deploying, LoadTesting, Collecting,
+the second tier's LoadTesting, the moment its metrics are due (the decision's pass), and
+right after Decided. What must hold afterwards, from what the API server recorded:
+
+- it reaches Decided with the decision its rules force (TP2, rule last-tier);
+- each tier was measured once: one load-test Job (attempt 1) per tier, one TierMeasured
+  event at most, both tiers Measured;
+- no child was created twice (the ledger saw one uid per child name);
+- after Decided no child is left but the recommendation ConfigMap, and no GPU is held.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fault_harness import ChildLedger, Cluster, FaultLog, condition, experiment, tier
+
+GPU = "nvidia.com/gpu"
+
+
+def blocker(namespace: str, node: str) -> dict[str, Any]:
+    """A pod without a process (KWOK makes it Running) holding all 8 GPUs of ``node``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"blocker-{node}", "namespace": namespace, "labels": {"kneepoint.io/sandbox-pretend": "true"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "hold", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {GPU: "8"}, "limits": {GPU: "8"}}}],
+        },
+    }
+
+
+@pytest.fixture
+def cluster(sandbox: Any) -> Iterator[Cluster]:
+    with sandbox.api_client() as api:
+        yield Cluster(api)
+
+
+def _phase_of(status: dict[str, Any]) -> str:
+    current = status.get("currentTier")
+    t = tier(status, current) if current else None
+    return f"{status.get('phase')}/{current}:{t.get('phase') if t else '-'}"
+
+
+def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, operator: Any, namespace: str, cluster: Cluster) -> None:
+    name = f"kill-{uuid.uuid4().hex[:5]}"
+    kills: list[tuple[str, str, float]] = []  # (step, status seen at the kill, seconds to restart)
+
+    def kill_and_restart(step: str) -> None:
+        seen = _phase_of(cluster.status(namespace, name))
+        began = time.monotonic()
+        operator.kill()
+        operator.start()
+        kills.append((step, seen, time.monotonic() - began))
+
+    def wait_tier_phase(tier_name: str, phase: str, timeout: float = 90) -> dict[str, Any]:
+        return cluster.wait(
+            namespace, name, lambda s: (tier(s, tier_name) or {}).get("phase") == phase, timeout, f"{tier_name} {phase}", interval=0.1
+        )
+
+    # Hold every H200 GPU so the first tier must wait.
+    for node in ("h200-0", "h200-1"):
+        cluster.core.create_namespaced_pod(namespace, blocker(namespace, node))
+    blockers_up = lambda: len(cluster.gpus_held([namespace])) == 2  # noqa: E731
+    deadline = time.monotonic() + 30
+    while not blockers_up() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert blockers_up(), cluster.gpus_held([namespace])
+
+    with ChildLedger(cluster.api, {namespace}) as ledger:
+        operator.kill()  # applied while no operator runs; the kill below lands during planning
+        cluster.apply(experiment(name, namespace))
+        operator.start()
+        cluster.wait(namespace, name, lambda s: condition(s, "Accepted") is not None, 60, "Accepted", interval=0.05)
+        kill_and_restart("planning")
+
+        status = wait_tier_phase("tp1-pp1", "Waiting")
+        kill_and_restart("waiting for GPUs")
+        status = cluster.wait(namespace, name, lambda s: s.get("queuePosition") == 1, 30, "queue position 1 after the restart")
+        assert "waiting for" in (status.get("message") or "")
+        for node in ("h200-0", "h200-1"):
+            cluster.core.delete_namespaced_pod(f"blocker-{node}", namespace, grace_period_seconds=0)
+
+        wait_tier_phase("tp1-pp1", "Deploying")
+        kill_and_restart("tp1 Deploying")
+        wait_tier_phase("tp1-pp1", "LoadTesting")
+        kill_and_restart("tp1 LoadTesting")
+        wait_tier_phase("tp1-pp1", "Collecting")
+        kill_and_restart("tp1 Collecting")
+        wait_tier_phase("tp2-pp1", "LoadTesting")
+        kill_and_restart("tp2 LoadTesting")
+        status = wait_tier_phase("tp2-pp1", "Collecting")
+        # The operator queries Prometheus 5 s after the load test's end (KNEEPOINT_METRICS_SETTLE_SECONDS):
+        # kill it just then, inside the pass that records the tier and makes the decision.
+        time.sleep(max(0.0, 4.8 - (time.time() - _epoch(tier(status, "tp2-pp1")["loadTestFinishedAt"]))))
+        kill_and_restart("tp2 Collecting, at the decision")
+        status = cluster.wait(namespace, name, lambda s: s.get("phase") == "Decided", 120, "Decided", interval=0.1)
+        kill_and_restart("just Decided")
+        time.sleep(8)  # the restarted operator looks at the finished experiment again
+        final = cluster.status(namespace, name)
+
+    # The decision the rules force, unchanged by the last restart.
+    assert final.get("phase") == "Decided", final
+    decision = final["decision"]
+    assert (decision["tensorParallel"], decision["pipelineParallel"], decision["rule"]) == (2, 1, "last-tier")
+    assert final["decision"] == status["decision"]
+    assert [(t["name"], t["phase"]) for t in final["tiers"]] == [("tp1-pp1", "Measured"), ("tp2-pp1", "Measured")]
+    assert all(t["attempts"] == 1 for t in final["tiers"])
+
+    # Nothing measured twice, nothing created twice.
+    jobs = ledger.created("Job", namespace)
+    assert sorted(jobs) == [f"{namespace}/{name}-tp1-pp1-load1", f"{namespace}/{name}-tp2-pp1-load1"], jobs
+    assert ledger.duplicates(namespace=namespace) == {}
+    events = cluster.events(namespace, name)
+    measured = [e["message"].split()[0] for e in events if e["reason"] == "TierMeasured"]
+    assert all(measured.count(t) <= 1 for t in ("TP1", "TP2")), measured
+
+    # Nothing left behind.
+    left = cluster.children(namespace, name)
+    assert left == {"deployments": [], "services": [], "jobs": [], "pods": []}, left
+    assert cluster.gpus_held([namespace]) == {}
+    assert operator.proc.poll() is None, "the operator must still run"
+
+    log = FaultLog()
+    for step, seen, restart in kills:
+        log.record("operator-sigkill", f"SIGKILL at {step}", True, status_at_kill=seen, restart_seconds=round(restart, 2))
+    print("kills:", kills)
+    assert len(kills) == 8
+
+
+def _epoch(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_killed_between_creating_the_engine_and_writing_status_under_scarcity(
+    sandbox: Any, operator: Any, namespace: str, cluster: Cluster
+) -> None:
+    """The one window a status-driven operator cannot see: the engine exists, status still says Waiting.
+
+    The state a SIGKILL leaves there is built exactly (the Deployment and Service the
+    operator's own builders make, on the only free node), then the operator starts. Its own
+    engine's pod holds the only free GPUs: it must adopt the engine, not wait for GPUs it
+    already holds.
+    """
+    from kneepoint.core.spec import parse_spec
+    from kneepoint.core.tiers import Tier
+    from kneepoint.kube import manifests
+
+    name = f"adopt-{uuid.uuid4().hex[:5]}"
+    for node in ("h200-0", "h200-1"):
+        cluster.core.create_namespaced_pod(namespace, blocker(namespace, node))
+    body = experiment(name, namespace, {"tiers": {"tensorParallel": [8]}})
+    with ChildLedger(cluster.api, {namespace}) as ledger:
+        created = cluster.apply(body)
+        cluster.wait(namespace, name, lambda s: (tier(s, "tp8-pp1") or {}).get("phase") == "Waiting", 60, "tp8 Waiting")
+        operator.kill()
+        # What the operator does in the pass that ends the wait, up to the kill: h200-0 frees
+        # up, the engine Deployment and Service are created there; status is not written.
+        cluster.core.delete_namespaced_pod("blocker-h200-0", namespace, grace_period_seconds=0)
+        spec = parse_spec(body["spec"])
+        owner = manifests.Owner(name, namespace, created["metadata"]["uid"])
+        ctx = manifests.BuildContext(architecture_json="llama-3-8b", gpu_product="NVIDIA-H200", require_nvlink=True)
+        cluster.apps.create_namespaced_deployment(namespace, manifests.build_engine_deployment(spec, owner, Tier(8, 1), ctx, "h200-0", "nvlink"))
+        cluster.core.create_namespaced_service(namespace, manifests.build_engine_service(spec, owner, Tier(8, 1)))
+        held = lambda: cluster.gpus_held([namespace]).get("h200-0") == 8  # noqa: E731
+        deadline = time.monotonic() + 30
+        while not held() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert held(), cluster.gpus_held([namespace])
+        operator.start()
+        began = time.monotonic()
+        final = cluster.wait(namespace, name, lambda s: s.get("phase") in ("Decided", "Failed"), 90, "Decided while h200-1 stays blocked")
+        took = time.monotonic() - began
+    assert final["phase"] == "Decided", final
+    assert tier(final, "tp8-pp1")["phase"] == "Measured"
+    assert tier(final, "tp8-pp1")["nodeName"] == "h200-0"
+    assert ledger.duplicates(namespace=namespace) == {}
+    assert cluster.gpus_held([namespace]) == {"h200-1": 8}  # only the blocker left
+    FaultLog().record("operator-sigkill", "SIGKILL between engine create and status write (GPUs scarce)", True, seconds_to_decided=round(took, 1))
