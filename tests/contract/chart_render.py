@@ -125,9 +125,14 @@ def _client_methods() -> dict[str, type]:
     return methods
 
 
+# Modules whose CustomObjectsApi calls address another custom resource than the experiments:
+# module file name -> (API group, plural).
+CUSTOM_OBJECT_MODULES = {"lws_api.py": (naming.LWS_GROUP, naming.LWS_PLURAL)}
+
+
 def _plural(kind: str, cls: type) -> str:
     if cls is client.CustomObjectsApi:
-        # The operator's only custom objects are its experiments (naming.PLURAL).
+        # The operator's own custom objects are its experiments (naming.PLURAL).
         return naming.PLURAL
     return kind.replace("_", "") + "s"
 
@@ -139,15 +144,20 @@ def client_call_permissions(path: Path) -> set[Permission]:
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in methods:
+            if node.attr == "get_api_resources":
+                continue  # API discovery: every authenticated user may read it (system:discovery)
             match = _METHOD.match(node.attr)
             assert match is not None
             cls = methods[node.attr]
+            group = API_GROUPS[cls]
             resource = _plural(match["kind"], cls)
+            if cls is client.CustomObjectsApi and path.name in CUSTOM_OBJECT_MODULES:
+                group, resource = CUSTOM_OBJECT_MODULES[path.name]
             if match["sub"]:
                 resource += "/status"
             namespaced = match["ns"] == "namespaced_" and not match["all"]
             scope = NAMESPACE if namespaced and resource not in CLUSTER_SCOPED else CLUSTER
-            out.add(Permission(API_GROUPS[cls], resource, VERBS[match["verb"]], scope, f"{path.name}: {node.attr}"))
+            out.add(Permission(group, resource, VERBS[match["verb"]], scope, f"{path.name}: {node.attr}"))
     return out
 
 

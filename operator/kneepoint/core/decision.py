@@ -268,7 +268,7 @@ def decide(spec: ExperimentSpec, tiers: Sequence[TierResult], *, budget_stopped:
         total_gpus=plan.total_gpus,
         unevaluated_rules=unevaluated or None,
         simulated=True if simulated else None,
-        multi_node=True if decided.multi_node else None,
+        multi_node=decided.multi_node,
         nodes=decided.nodes if decided.multi_node else None,
     )
     msg = f"decided: {tier_label(decided)} x {plan.replicas} replica(s) (rule {rule}, {decision.classification})"

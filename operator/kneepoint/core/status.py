@@ -114,7 +114,8 @@ class TierResult:
     node_name: str | None = api_field("Node the engine ran on (the leader's node for a multi-node tier).", default=None)
     multi_node: bool | None = api_field(
         "True when one replica of this tier spans several nodes: it runs as a LeaderWorkerSet group (TP inside each "
-        "pod's node, PP across the group's pods) instead of a Deployment.",
+        "pod's node, PP across the group's pods) instead of a Deployment. False for a pipeline-parallel tier that fits "
+        "one node.",
         default=None,
     )
     nodes: int | None = api_field("Pods (nodes) of one multi-node replica: the LeaderWorkerSet group size, = pipelineParallel.", default=None)
@@ -150,7 +151,9 @@ class Decision:
     unevaluated_rules: tuple[str, ...] | None = api_field("Rules that could not be evaluated (missing metrics).", default=None)
     simulated: bool | None = api_field("True when decided from simulated measurements.", default=None)
     multi_node: bool | None = api_field(
-        "True when one replica of the decided tier spans several nodes (LeaderWorkerSet; KServe workerSpec).", default=None
+        "True when one replica of the decided tier spans several nodes (LeaderWorkerSet; KServe workerSpec); false for a "
+        "pipeline-parallel tier that stays on one node.",
+        default=None,
     )
     nodes: int | None = api_field("Nodes one replica of the decided tier spans, when multiNode.", default=None)
 

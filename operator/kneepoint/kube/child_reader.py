@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import naming
+from kneepoint.kube.lws_api import LeaderWorkerSetApi
 
 
 def _json(resp: Any) -> dict[str, Any]:
@@ -31,6 +32,7 @@ class ChildReader:
         self.apps = client.AppsV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.lws = LeaderWorkerSetApi(api_client, self.on_request)
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         self.on_request(getattr(fn, "__name__", "call"))
@@ -47,6 +49,14 @@ class ChildReader:
 
     async def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._call(self.apps.read_namespaced_deployment, name, namespace)
+
+    async def leader_worker_set(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A multi-node tier's LeaderWorkerSet, or None."""
+        return await self.lws.get(namespace, name)
+
+    async def leader_worker_set_served(self) -> bool:
+        """Whether the cluster serves the LeaderWorkerSet API (cached; see ``lws_api``)."""
+        return await self.lws.served()
 
     async def pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         selector = ",".join(f"{k}={v}" for k, v in labels.items())
@@ -93,4 +103,5 @@ class ChildReader:
         ):
             data = await self._call(fn, namespace, label_selector=selector)
             out[kind] = [i["metadata"]["name"] for i in (data or {}).get("items", [])]
+        out["leaderworkersets"] = await self.lws.names(namespace, selector)
         return out

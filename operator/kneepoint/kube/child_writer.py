@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import naming
+from kneepoint.kube.lws_api import LeaderWorkerSetApi
 
 log = logging.getLogger("kneepoint.kube")
 
@@ -32,11 +33,17 @@ class ChildWriter:
         self.apps = client.AppsV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.lws = LeaderWorkerSetApi(api_client, self.on_request)
         self.component = component
 
     async def create(self, body: dict[str, Any]) -> bool:
         """Create ``body`` unless it exists. Returns True when this call created it."""
         kind, ns = body["kind"], body["metadata"]["namespace"]
+        if kind == naming.LWS_KIND:
+            created_group = await self.lws.create(body)
+            if created_group:
+                log.info("Created %s %s/%s", kind, ns, body["metadata"]["name"])
+            return created_group
         fn = {
             "Deployment": self.apps.create_namespaced_deployment,
             "Service": self.core.create_namespaced_service,
@@ -114,12 +121,16 @@ class ChildWriter:
     async def delete_tier(self, experiment: str, namespace: str, tier: Tier, keep_engine: bool = False) -> int:
         labels = {naming.LABEL_EXPERIMENT: naming.experiment_label_value(experiment), naming.LABEL_TIER: tier.name}
         kinds = ("jobs",) if keep_engine else ("deployments", "services", "jobs")
-        return await self.delete_by_labels(namespace, labels, kinds)
+        deleted = await self.delete_by_labels(namespace, labels, kinds)
+        if not keep_engine:
+            deleted += await self.lws.delete_by_labels(namespace, _selector(labels))
+        return deleted
 
     async def delete_all(self, experiment: str, namespace: str, keep_tier: Tier | None = None) -> int:
         labels = {naming.LABEL_EXPERIMENT: naming.experiment_label_value(experiment)}
         keep = {naming.engine_name(experiment, keep_tier)} if keep_tier else None
-        return await self.delete_by_labels(namespace, labels, ("deployments", "services", "jobs"), keep=keep)
+        deleted = await self.delete_by_labels(namespace, labels, ("deployments", "services", "jobs"), keep=keep)
+        return deleted + await self.lws.delete_by_labels(namespace, _selector(labels), keep=keep)
 
     async def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """Merge-patch the experiment's status subresource."""
@@ -165,3 +176,7 @@ class ChildWriter:
                 log.warning("Could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc.reason)
 
         await asyncio.to_thread(run)
+
+
+def _selector(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels.items())

@@ -8,6 +8,7 @@ experiment.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass
@@ -246,9 +247,112 @@ def build_engine_deployment(
     }
 
 
-def build_engine_service(spec: ExperimentSpec, owner: Owner, tier: Tier) -> dict[str, Any]:
-    """ClusterIP Service in front of the tier's engine pod; the load generator targets its DNS name."""
+# vLLM's multi-node launch with its multiprocessing backend: one `vllm serve` per node, the
+# same flags on every node plus --nnodes/--node-rank/--master-addr; the other nodes run
+# --headless (no API server). It needs no Ray cluster and no shell script.
+MULTI_NODE_MASTER_PORT = 29500
+
+
+def multi_node_args(tier: Tier, node_rank: str, headless: bool) -> list[str]:
+    """The flags that make one ``vllm serve`` a rank of a PP-across-nodes replica.
+
+    ``node_rank`` is ``0`` on the leader and ``$(LWS_WORKER_INDEX)`` on workers; the kubelet
+    expands ``$(LWS_LEADER_ADDRESS)`` and ``$(LWS_WORKER_INDEX)``, which the LeaderWorkerSet
+    webhook puts first in every container's env.
+    """
+    args = [
+        "--distributed-executor-backend",
+        "mp",
+        "--nnodes",
+        str(tier.pipeline_parallel),
+        "--node-rank",
+        node_rank,
+        "--master-addr",
+        "$(LWS_LEADER_ADDRESS)",
+        "--master-port",
+        str(MULTI_NODE_MASTER_PORT),
+    ]
+    if headless:
+        args.append("--headless")
+    return args
+
+
+def build_engine_leader_worker_set(
+    spec: ExperimentSpec,
+    owner: Owner,
+    tier: Tier,
+    ctx: BuildContext,
+    topology_key: str | None = None,
+) -> dict[str, Any]:
+    """A multi-node tier's engine: a LeaderWorkerSet of one group of PP pods, TP GPUs each.
+
+    TP stays inside each pod's node (its NVLink domain), PP crosses the pods: the leader
+    (node rank 0) serves the OpenAI API and metrics; the workers run ``--headless``. The
+    pods are the Deployment's pod, GPUs per pod = TP. LWS creates the group and restarts it
+    as a whole (RecreateGroupOnPodRestart). A headless Service per group
+    (``subdomainPolicy: UniquePerReplica``) keeps ``LWS_LEADER_ADDRESS`` resolvable without
+    clashing with the client Service, which has the LeaderWorkerSet's own name. With
+    ``topology_key`` every pod of the group lands in one domain of that node label
+    (LWS's exclusive-topology annotation, one group per domain).
+    """
+    if spec.mode == "Simulate":
+        raise ValueError("a LeaderWorkerSet is built for Measure mode only; Simulate runs one simulator per tier")
+    deployment = build_engine_deployment(spec, owner, tier, ctx)
     labels = naming.child_labels(owner.name, tier, naming.ROLE_ENGINE)
+    template = deployment["spec"]["template"]
+    gpus = str(tier.tensor_parallel)
+    template["spec"]["containers"][0]["resources"] = {
+        "requests": {spec.placement.gpu_resource: gpus},
+        "limits": {spec.placement.gpu_resource: gpus},
+    }
+    base_args = vllm_args(spec, tier)
+
+    leader = copy.deepcopy(template)
+    leader["metadata"]["labels"] = {**labels, naming.LABEL_GROUP_ROLE: naming.GROUP_LEADER}
+    leader["spec"]["containers"][0]["args"] = base_args + multi_node_args(tier, "0", headless=False)
+
+    worker = copy.deepcopy(template)
+    worker["metadata"] = {"labels": {**labels, naming.LABEL_GROUP_ROLE: naming.GROUP_WORKER}}
+    container = worker["spec"]["containers"][0]
+    container["args"] = base_args + multi_node_args(tier, "$(LWS_WORKER_INDEX)", headless=True)
+    # A headless rank serves neither the API nor /metrics: no port, no readiness probe.
+    container.pop("ports", None)
+    container.pop("readinessProbe", None)
+
+    annotations = {"kneepoint.io/mode": spec.mode}
+    if topology_key:
+        annotations[naming.LWS_EXCLUSIVE_TOPOLOGY] = topology_key
+    return {
+        "apiVersion": naming.LWS_API_VERSION,
+        "kind": naming.LWS_KIND,
+        "metadata": {
+            "name": naming.engine_name(owner.name, tier),
+            "namespace": owner.namespace,
+            "labels": labels,
+            "ownerReferences": [owner.reference()],
+            "annotations": annotations,
+        },
+        "spec": {
+            "replicas": 1,
+            "startupPolicy": "LeaderCreated",
+            "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
+            "leaderWorkerTemplate": {
+                "size": tier.pipeline_parallel,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader,
+                "workerTemplate": worker,
+            },
+        },
+    }
+
+
+def build_engine_service(spec: ExperimentSpec, owner: Owner, tier: Tier, leader_only: bool = False) -> dict[str, Any]:
+    """ClusterIP Service in front of the tier's engine pod; the load generator targets its DNS name.
+
+    ``leader_only`` (multi-node tiers): select the group's leader, the only pod that serves.
+    """
+    labels = naming.child_labels(owner.name, tier, naming.ROLE_ENGINE)
+    selector = {**labels, naming.LABEL_GROUP_ROLE: naming.GROUP_LEADER} if leader_only else labels
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -260,7 +364,7 @@ def build_engine_service(spec: ExperimentSpec, owner: Owner, tier: Tier) -> dict
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": labels,
+            "selector": selector,
             "ports": [{"name": ENGINE_PORT_NAME, "port": spec.engine.port, "targetPort": ENGINE_PORT_NAME, "protocol": "TCP"}],
         },
     }
@@ -387,7 +491,9 @@ def build_inference_service(spec: ExperimentSpec, owner: Owner, decision: Decisi
         if spec.placement.gpu_product:
             selector.setdefault(naming.NODE_GPU_PRODUCT, spec.placement.gpu_product)
         predictor["nodeSelector"] = selector
-    if tier.pipeline_parallel > 1:
+    # multiNode is unset on decisions recorded before it existed: PP > 1 meant multi-node then.
+    multi_node = decision.multi_node if decision.multi_node is not None else tier.pipeline_parallel > 1
+    if multi_node:
         # KServe multi-node serving: TP GPUs per node, PP nodes.
         predictor["workerSpec"] = {"tensorParallelSize": tier.tensor_parallel, "pipelineParallelSize": tier.pipeline_parallel}
         predictor["model"]["resources"] = {
@@ -401,6 +507,8 @@ def build_inference_service(spec: ExperimentSpec, owner: Owner, decision: Decisi
     }
     if decision.simulated:
         annotations["kneepoint.io/simulated"] = "true"
+    if multi_node:
+        annotations["kneepoint.io/multi-node"] = f"{tier.pipeline_parallel} nodes x {tier.tensor_parallel} GPUs"
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",

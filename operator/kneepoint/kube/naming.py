@@ -31,6 +31,19 @@ ROLE_LOADTEST = "loadtest"
 ROLE_RECOMMENDATION = "recommendation"
 MANAGED_BY = "kneepoint"
 
+# Multi-node engines (one replica over several nodes) run as a LeaderWorkerSet group.
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+LWS_VERSION = "v1"
+LWS_API_VERSION = f"{LWS_GROUP}/{LWS_VERSION}"
+LWS_KIND = "LeaderWorkerSet"
+LWS_PLURAL = "leaderworkersets"
+LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+# Which pod of a group a pod is (the Service selects the leader: workers serve no API).
+LABEL_GROUP_ROLE = "kneepoint.io/group-role"
+GROUP_LEADER = "leader"
+GROUP_WORKER = "worker"
+
 # Node labels (CONTRACTS D): GFD's and the node probe's.
 NODE_GPU_PRODUCT = "nvidia.com/gpu.product"
 NODE_GPU_COUNT = "nvidia.com/gpu.count"

@@ -79,6 +79,63 @@ def engine_state(deployment: Mapping[str, Any] | None, pods: Iterable[Mapping[st
     return EngineState(exists=True, ready=False, node_name=node, start_failure=failure, failure_message=message, restarts=restarts)
 
 
+def _is_ready(pod: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in _get(pod, "status", "conditions", default=[]))
+
+
+def _group_rank(pod: Mapping[str, Any]) -> tuple[int, str]:
+    """Leader first, then workers by LWS worker index (name as the tie-break)."""
+    labels = _get(pod, "metadata", "labels", default={})
+    if labels.get(naming.LABEL_GROUP_ROLE) == naming.GROUP_LEADER:
+        return (-1, "")
+    try:
+        index = int(labels.get(naming.LWS_WORKER_INDEX, ""))
+    except ValueError:
+        index = 1 << 30
+    return (index, str(_get(pod, "metadata", "name", default="")))
+
+
+def group_state(leader_worker_set: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) -> EngineState:
+    """A multi-node tier's engine (one LeaderWorkerSet group): Ready only when every pod is.
+
+    Counts the pods bound to a node, so a group the scheduler placed only in part (leader
+    running, workers Pending) reports Unschedulable with ``placed K of N pods`` and the
+    scheduler's words for the first pod left out. Container failures (out of memory, crash
+    loops, config errors) are read as for a Deployment's pod.
+    """
+    if leader_worker_set is None:
+        return EngineState(exists=False)
+    size = int(_get(leader_worker_set, "spec", "leaderWorkerTemplate", "size", default=1) or 1)
+    live = sorted((p for p in pods if not _get(p, "metadata", "deletionTimestamp")), key=_group_rank)
+    # Why the pods that are not Ready cannot start (a Ready pod would hide them in engine_state).
+    base = engine_state(leader_worker_set, [p for p in live if not _is_ready(p)])
+    placed = [p for p in live if _get(p, "spec", "nodeName")]
+    node_names = tuple(dict.fromkeys(_get(p, "spec", "nodeName") for p in placed))
+    ready = len(live) >= size and sum(1 for p in live if _is_ready(p)) >= size
+    leader_node = next((_get(p, "spec", "nodeName") for p in placed if _group_rank(p)[0] == -1), None)
+    failure, message = base.start_failure, base.failure_message
+    if failure == START_UNSCHEDULABLE or (failure is None and len(placed) < size and len(live) >= size):
+        left_out = next((p for p in live if not _get(p, "spec", "nodeName")), None)
+        why = ""
+        if left_out is not None:
+            for cond in _get(left_out, "status", "conditions", default=[]):
+                if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                    why = f"; pod {_get(left_out, 'metadata', 'name')}: {cond.get('message') or cond.get('reason') or 'not scheduled'}"
+        if failure == START_UNSCHEDULABLE or why:
+            failure, message = START_UNSCHEDULABLE, f"placed {len(placed)} of {size} pods{why}"
+    return EngineState(
+        exists=True,
+        ready=ready,
+        node_name=leader_node or (node_names[0] if node_names else None),
+        start_failure=None if ready else failure,
+        failure_message=None if ready else message,
+        restarts=base.restarts,
+        pods_total=size,
+        pods_placed=len(placed),
+        node_names=node_names,
+    )
+
+
 def job_outcome(job: Mapping[str, Any] | None) -> tuple[bool, bool, str | None]:
     """(succeeded, failed, message) from a Job's conditions."""
     if job is None:
@@ -135,11 +192,13 @@ def fleet_view(
     gpu_product: str | None,
     node_selector: Mapping[str, str],
     reserved: Mapping[str, int] | None = None,
+    topology_key: str | None = None,
 ) -> FleetView:
     """Free GPUs per node for the experiment's product and selector.
 
     ``reserved`` holds GPUs promised to engines created a moment ago whose pods the API
     does not show yet, so two passes in quick succession never promise the same GPUs twice.
+    ``topology_key`` (the spec's multi-node topology label) fills each node's domain value.
     """
     used: dict[str, int] = {}
     for pod in pods:
@@ -177,6 +236,7 @@ def fleet_view(
                 nvlink_domain=labels.get(naming.NODE_NVLINK_DOMAIN),
                 nvlink_domain_size=size,
                 interconnect=labels.get(naming.NODE_INTERCONNECT) or ("nvlink" if size > 1 else "pcie"),
+                topology_domain=labels.get(topology_key) if topology_key else None,
             )
         )
     return FleetView(tuple(sorted(domains, key=lambda d: d.node_name)))

@@ -95,7 +95,7 @@ def test_pp_tiers_stay_single_node_when_they_fit_one_node() -> None:
     # A PP tier that fits one node (TP4 x PP2 = 8 GPUs) is a plain single-node tier.
     d = Driver(spec(preset="llama-3.1-405b", tp=(1, 2, 4), pp=(1, 2), model={"dtype": "fp8"}), fleet())
     d.step()
-    assert d.status.tier("tp4-pp2").multi_node is None
+    assert d.status.tier("tp4-pp2").multi_node is False and d.status.tier("tp4-pp2").nodes is None
 
 
 def test_tensor_parallel_spanning_nodes_is_refused_at_plan_time() -> None:
