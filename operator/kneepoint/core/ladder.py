@@ -237,7 +237,11 @@ class _Pass:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
     def step(self) -> Step:
-        self.status = replace(self.status, phase=derive_phase(self.status.conditions), observed_generation=self.obs.generation)
+        # Every pass judges the whole status against the current spec, so every condition
+        # is current for this generation, not only the ones whose status flipped.
+        gen = self.obs.generation
+        conditions = tuple(c if c.observed_generation == gen else replace(c, observed_generation=gen) for c in self.status.conditions)
+        self.status = replace(self.status, conditions=conditions, phase=derive_phase(conditions), observed_generation=gen)
         return Step(self.status, self.actions, self.events, self.requeue_after, self.progressed)
 
 
@@ -762,6 +766,7 @@ def _skip_remaining(p: _Pass, why: str) -> None:
             if t.phase in ACTIVE_TIER_PHASES:
                 p.actions.append(DeleteTier(tier_of(t)))
             p.put_tier(replace(t, phase=TIER_SKIPPED, reason=why, finished_at=p.now))
+            p.event(reasons.TIER_SKIPPED, f"{tier_of(t).label} skipped: {why}")
 
 
 def _decide_or_continue(p: _Pass) -> None:

@@ -142,6 +142,9 @@ def test_small_model_stops_at_tp1_by_memory_headroom_and_cleans_up():
     assert any(isinstance(a, PublishRecommendation) for a in r.actions)
     assert any(e.reason == reasons.DECISION_MADE for e in r.events)
     assert d.status.decided_tier == "TP1"
+    # Tiers the decision made unnecessary get an event each, like tiers skipped at plan time.
+    skipped = [e.message for e in r.events if e.reason == reasons.TIER_SKIPPED]
+    assert [m.split()[0] for m in skipped] == ["TP2", "TP4", "TP8"] and all("not needed" in m for m in skipped)
 
 
 def test_large_model_decided_by_throughput_gain():
@@ -308,6 +311,8 @@ def test_rule_change_after_decision_re_decides_without_measuring():
     assert d.status.decision.tensor_parallel == 2 and d.status.decision.rule == "throughput-gain"
     assert not any(isinstance(a, EnsureEngine) for a in r.actions)
     assert any(e.reason == reasons.DECISION_UPDATED for e in r.events)
+    # Every condition now speaks for generation 2, not only Decided (which changed).
+    assert {c.type: c.observed_generation for c in d.status.conditions} == {c.type: 2 for c in d.status.conditions}
 
 
 def test_measurement_change_restarts_the_ladder():
