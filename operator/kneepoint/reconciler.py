@@ -458,6 +458,7 @@ class Reconciler:
             architecture_json=ctx.get("architecture_json"),
             gpu_product=ctx.get("gpu_product") or spec.placement.gpu_product,
             require_nvlink=bool(ctx.get("require_nvlink", True)),
+            pretend_termination_message=self.settings.sandbox_pretend_termination_message,
         )
         if isinstance(action, EnsureEngine):
             if spec.mode == "Simulate" and not build.gpu_product:

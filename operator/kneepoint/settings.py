@@ -42,6 +42,10 @@ class OperatorSettings:
     """Port of the operator's own /metrics (0 disables)."""
     metrics_address: str = "127.0.0.1"
     """Address /metrics listens on (KNEEPOINT_METRICS_ADDRESS); the chart sets the pod IP from the downward API."""
+    sandbox_pretend_termination_message: str | None = None
+    """Test-only, for the sandbox's operator-scale benchmark (KNEEPOINT_SANDBOX_PRETEND_SUMMARY): engine and
+    load-test pods are labelled for KWOK to pretend-run them, and each load-test pod ends with this text (a
+    load-generator summary) as its termination message. Never set it on a real cluster."""
 
     @classmethod
     def from_env(cls, **overrides: object) -> "OperatorSettings":
@@ -61,6 +65,7 @@ class OperatorSettings:
             "json_logs": os.environ.get("KNEEPOINT_LOG_FORMAT", "") == "json",
             "metrics_port": int(os.environ.get("KNEEPOINT_METRICS_PORT", cls.metrics_port)),
             "metrics_address": os.environ.get("KNEEPOINT_METRICS_ADDRESS", cls.metrics_address),
+            "sandbox_pretend_termination_message": os.environ.get("KNEEPOINT_SANDBOX_PRETEND_SUMMARY") or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
