@@ -201,7 +201,7 @@ def check_fit(gpu: GpuType, arch: ModelArchitecture, tier: Tier, est: MemoryEsti
 @click.option("--fail-fraction", envvar="KNEEPOINT_SIM_FAIL_FRACTION", type=float, default=0.0, show_default=True,
               help="Fault injection: answer this share (0-1) of completion requests with HTTP 500. Env KNEEPOINT_SIM_FAIL_FRACTION.")
 @click.option("--inter-node-gbps", envvar="KNEEPOINT_SIM_INTER_NODE_GBPS", type=float, default=None,
-              help="Bandwidth between pipeline stages on different nodes, GB/s (default: stages share a node).")
+              help="Link between pipeline stages on different nodes, Gb/s (400 = 400 Gb/s RDMA; default: stages share a node).")
 @click.pass_context
 def command(ctx: click.Context, **opts: Any) -> None:
     """Serve a vLLM-compatible engine simulator (no GPU needed)."""

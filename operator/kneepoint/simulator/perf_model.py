@@ -85,7 +85,8 @@ class Hardware:
     link_gbps: float
     """One-direction bandwidth per GPU of that link, GB/s."""
     inter_node_gbps: float | None = None
-    """Bandwidth between nodes for pipeline stages placed on different nodes (None: same node)."""
+    """Link between nodes for pipeline stages placed on different nodes, in gigabits/s as network
+    links are rated (400 = 400 Gb/s RDMA; node label kneepoint.io/inter-node-gbps). None: same node."""
 
     @classmethod
     def from_gpu(cls, gpu: GpuType, interconnect: str, *, fp8_compute: bool = False,
@@ -265,7 +266,7 @@ class PerfModel:
         nbytes = work.tokens * micro * self.shape.hidden_size * self.deployment.activation_bytes
         hw, pipe = self.hardware, self.calibration.pipeline
         if hw.inter_node_gbps:
-            return pipe.inter_node_latency_us * 1e-6 + nbytes / (hw.inter_node_gbps * 1e9)
+            return pipe.inter_node_latency_us * 1e-6 + nbytes / (hw.inter_node_gbps * 1e9 / 8)
         best_eff = max(p.bandwidth_efficiency for p in self.link.protocols)
         return pipe.p2p_latency_us * 1e-6 + nbytes / (hw.link_gbps * 1e9 * best_eff)
 

@@ -76,7 +76,7 @@ def test_pipeline_parallel_bubble_and_hops() -> None:
     many = pp2.decode_step(64, 1024)
     assert many.bubble_seconds == 0.0
     # Stages on different nodes pay the slower hop.
-    far = model(preset="llama-3-70b", tp=2, pp=2, inter_node=12.5).decode_step(64, 1024)
+    far = model(preset="llama-3-70b", tp=2, pp=2, inter_node=100).decode_step(64, 1024)  # 100 Gb/s
     assert far.seconds > many.seconds
 
 
