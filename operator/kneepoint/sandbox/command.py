@@ -29,7 +29,8 @@ def command() -> None:
 @click.option("--state-dir", type=click.Path(path_type=Path, file_okay=False), help=STATE_DIR_HELP)
 @click.option("--port-offset", type=int, default=None, help="Add N to every default port (a second sandbox beside the first).")
 @click.option("--no-runner", is_flag=True, help="Do not start the pod runner.")
-def up(fleet_path: Path | None, state_dir: Path | None, port_offset: int | None, no_runner: bool) -> None:
+@click.option("--with-lws", is_flag=True, help="Also run LeaderWorkerSet (multi-node tiers); built on first use, kept by later `up`.")
+def up(fleet_path: Path | None, state_dir: Path | None, port_offset: int | None, no_runner: bool, with_lws: bool) -> None:
     """Build what is missing, then start or reuse every component."""
     from kneepoint.sandbox import controlplane, fleet
 
@@ -40,7 +41,7 @@ def up(fleet_path: Path | None, state_dir: Path | None, port_offset: int | None,
             from kneepoint.sandbox.layout import Ports
 
             Ports().shifted(port_offset)
-        controlplane.up(state_dir, fleet_path, port_offset, with_runner=not no_runner)
+        controlplane.up(state_dir, fleet_path, port_offset, with_runner=not no_runner, with_lws=with_lws)
     except ValueError as exc:  # bad --port-offset, bad fleet
         _fail(str(exc), 2)
     except controlplane.SandboxError as exc:
@@ -81,7 +82,9 @@ def status(state_dir: Path | None) -> None:
     click.echo(f"kubeconfig: {sandbox.kubeconfig}")
     click.echo(f"prometheus: {sandbox.prometheus_url}")
     click.echo(f"export KUBECONFIG={sandbox.kubeconfig}")
-    if any(row.state != "running" for row in rows if row.name != "runner"):
+    if any(row.state != "running" for row in rows if row.name not in ("runner", "lws")) or (
+        controlplane.lws_expected(sandbox) and any(row.state != "running" for row in rows if row.name == "lws")
+    ):
         raise SystemExit(3)
 
 

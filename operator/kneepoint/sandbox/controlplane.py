@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from kneepoint.sandbox import binaries, fleet, flags, layout, pki, processes, promconfig
+from kneepoint.sandbox import binaries, fleet, flags, layout, lws_component, lws_config, pins, pki, processes, promconfig
 from kneepoint.sandbox.layout import HOST, Ports, StatePaths
 
 Say = Callable[[str], None]
@@ -151,10 +151,13 @@ def up(
     port_offset: int | None = None,
     say: Say = _say,
     with_runner: bool = True,
+    with_lws: bool = False,
 ) -> Sandbox:
     """Start (or reuse) every component and the fleet; returns the sandbox handle.
 
     Holds a lock on the state dir, so two ``up`` (a user's and a test session's) do not race.
+    ``with_lws`` adds LeaderWorkerSet (built on first use); once a sandbox has it, later
+    ``up`` calls keep it (recorded in ``sandbox.json``).
     """
     started_at = time.monotonic()
     fleet_path = (fleet_path or default_fleet_path()).resolve()
@@ -163,7 +166,19 @@ def up(
     with processes.exclusive_lock(root.parent / f".{root.name}.lock", say, "sandbox up/down"):
         # Resolve again under the lock: a concurrent up may have recorded the ports meanwhile.
         sandbox = resolve(state_dir, port_offset)
-        return _up_locked(sandbox, groups, fleet_path, port_offset, say, with_runner, started_at)
+        return _up_locked(sandbox, groups, fleet_path, port_offset, say, with_runner, started_at, with_lws)
+
+
+def _recorded_lws(paths: StatePaths) -> bool:
+    try:
+        return bool(json.loads(paths.sandbox_file.read_text()).get("lws"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def lws_expected(sandbox: Sandbox) -> bool:
+    """Whether this sandbox was brought up with LeaderWorkerSet (``up --with-lws``)."""
+    return _recorded_lws(sandbox.paths)
 
 
 def _up_locked(
@@ -174,12 +189,15 @@ def _up_locked(
     say: Say,
     with_runner: bool,
     started_at: float,
+    with_lws: bool = False,
 ) -> Sandbox:
     paths, ports = sandbox.paths, sandbox.ports
     _check_recorded_ports(sandbox, port_offset)
+    with_lws = with_lws or _recorded_lws(paths)
 
     try:
         bins = binaries.ensure_all(say=say)
+        lws_binary = binaries.ensure_go_build(pins.lws_build(), os.environ, say) / "lws" if with_lws else None
     except binaries.BuildError as exc:
         raise SandboxError(str(exc)) from exc
 
@@ -193,11 +211,12 @@ def _up_locked(
     pki.write_kubeconfigs(paths, ports.apiserver)
     _write_kwok_config(paths)
     prometheus_changed = _write_prometheus_config(paths, ports)
+    binary_paths = {**bins.as_dict(), **({"lws": str(lws_binary)} if lws_binary else {})}
     paths.sandbox_file.write_text(
-        json.dumps({"ports": ports.as_dict(), "binaries": bins.as_dict(), "fleet": str(fleet_path)}, indent=1)
+        json.dumps({"ports": ports.as_dict(), "binaries": binary_paths, "fleet": str(fleet_path), "lws": with_lws}, indent=1)
     )
 
-    commands = flags.commands(bins.as_dict(), sys.executable, paths, ports)
+    commands = flags.commands(binary_paths, sys.executable, paths, ports)
     health = flags.health(ports)
     env = {**os.environ, processes.MARKER_ENV: sandbox.marker}
     crd_error: SandboxError | None = None
@@ -208,10 +227,16 @@ def _up_locked(
             if importlib.util.find_spec(flags.RUNNER_MODULE) is None:
                 say(f"[sandbox] runner: module {flags.RUNNER_MODULE} not found; not started (pods stay Pending)")
                 continue
+        if name == "lws":
+            if not with_lws:
+                continue
+            _prepare_lws(sandbox, bins.kubectl, say)
         if name == "kwok":
             # The default ServiceAccount proves the controller-manager works end to end.
             _wait_default_service_account(sandbox)
         _ensure_component(sandbox, name, commands[name], health[name], env, say)
+        if name == "lws":
+            _apply_lws_webhooks(sandbox, bins.kubectl, say)
         if name == "kwok":
             _sync_nodes(sandbox, groups, say)
             _wait_nodes_ready(sandbox, [n["metadata"]["name"] for n in fleet.node_objects(groups)])
@@ -437,6 +462,42 @@ def _apply_crds(sandbox: Sandbox, kubectl_path: Path, say: Say) -> None:
             "--field-manager=kneepoint-sandbox", "-f", str(directory))
     kubectl(sandbox, kubectl_path, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(directory))
     say(f"[sandbox] CRDs from {directory} applied (server-side) and Established")
+
+
+def _prepare_lws(sandbox: Sandbox, kubectl_path: Path, say: Say) -> None:
+    """LWS's serving certificate (IP:127.0.0.1), its Configuration, and its CRDs (Established before it starts)."""
+    paths = sandbox.paths
+    try:
+        pki.ensure_cert(paths.pki, lws_config.CERT_NAME, "/CN=lws-webhook-service.lws-system.svc", "serverAuth", lws_config.CERT_SANS)
+    except pki.PkiError as exc:
+        raise SandboxError(str(exc)) from exc
+    certs = lws_config.cert_dir(paths)
+    certs.mkdir(exist_ok=True)
+    _write_if_changed(certs / "tls.crt", (paths.pki / f"{lws_config.CERT_NAME}.crt").read_text())
+    _write_if_changed(certs / "tls.key", (paths.pki / f"{lws_config.CERT_NAME}.key").read_text())
+    os.chmod(certs / "tls.key", 0o600)
+    _write_if_changed(lws_config.config_path(paths), yaml.safe_dump(lws_config.configuration(paths, sandbox.ports), sort_keys=False))
+    files = [str(f) for f in lws_component.crd_files()]
+    args = [a for f in files for a in ("-f", f)]
+    kubectl(sandbox, kubectl_path, "apply", "--server-side", "--force-conflicts", "--field-manager=kneepoint-sandbox", *args)
+    kubectl(sandbox, kubectl_path, "wait", "--for=condition=Established", "--timeout=60s", *args)
+    say("[sandbox] lws: CRDs applied (server-side) and Established")
+
+
+def _apply_lws_webhooks(sandbox: Sandbox, kubectl_path: Path, say: Say, timeout: float = 30) -> None:
+    """Point LWS's webhook configurations at the controller on loopback, once its webhook server listens."""
+    webhook_port, _ = lws_config.ports(sandbox.ports)
+    deadline = time.monotonic() + timeout
+    while not processes.port_in_use(webhook_port):
+        if time.monotonic() > deadline:
+            raise SandboxError(f"lws: webhook server not listening on {layout.HOST}:{webhook_port} after {timeout:.0f}s; "
+                               f"see {sandbox.paths.log('lws')}")
+        time.sleep(0.2)
+    documents = lws_component.webhook_configurations(webhook_port, (sandbox.paths.pki / "ca.crt").read_bytes())
+    target = lws_config.webhooks_path(sandbox.paths)
+    _write_if_changed(target, json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}, indent=1))
+    kubectl(sandbox, kubectl_path, "apply", "--server-side", "--force-conflicts", "--field-manager=kneepoint-sandbox", "-f", str(target))
+    say(f"[sandbox] lws: webhooks at https://{layout.HOST}:{webhook_port} registered")
 
 
 # --- down ------------------------------------------------------------------------------------

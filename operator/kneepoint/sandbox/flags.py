@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kneepoint.sandbox.lws_config import argv as lws_argv, health_url as lws_health_url, ports as lws_ports
 from kneepoint.sandbox.layout import HOST, Ports, StatePaths
 
 # Start order; ``down`` stops in reverse.
@@ -21,8 +22,10 @@ COMPONENTS = (
     "kube-scheduler",
     "kwok",
     "prometheus",
+    "lws",  # optional (``up --with-lws``): LeaderWorkerSet, for multi-node tiers
     "runner",
 )
+OPTIONAL_COMPONENTS = ("lws", "runner")
 
 SERVICE_CIDR = "10.96.0.0/16"  # ClusterIPs are virtual here (no kube-proxy): never dialled
 # Pod IPs that KWOK hands to pretend pods: loopback, so a process can bind to a pod's IP.
@@ -168,7 +171,7 @@ def commands(binaries: Mapping[str, str], python: str, paths: StatePaths, ports:
     """argv of every component, keyed by component name in start order.
 
     ``binaries`` maps etcd, kube_apiserver, kube_controller_manager, kube_scheduler, kwok,
-    prometheus to executable paths.
+    prometheus (and lws, when built) to executable paths.
     """
     return {
         "etcd": etcd(binaries["etcd"], paths, ports),
@@ -177,6 +180,7 @@ def commands(binaries: Mapping[str, str], python: str, paths: StatePaths, ports:
         "kube-scheduler": kube_scheduler(binaries["kube_scheduler"], paths, ports),
         "kwok": kwok(binaries["kwok"], paths, ports),
         "prometheus": prometheus(binaries["prometheus"], paths, ports),
+        "lws": lws_argv(binaries.get("lws", "lws"), paths),
         "runner": runner(python, paths),
     }
 
@@ -190,6 +194,7 @@ def health(ports: Ports) -> dict[str, Health]:
         "kube-scheduler": Health(f"https://{HOST}:{ports.scheduler}/readyz", tls=True),
         "kwok": Health(f"http://{HOST}:{ports.kwok}/healthz"),
         "prometheus": Health(f"http://{HOST}:{ports.prometheus}/-/ready"),
+        "lws": Health(lws_health_url(ports)),
         "runner": Health(None),
     }
 
@@ -203,5 +208,6 @@ def listen_ports(ports: Ports) -> dict[str, list[int]]:
         "kube-scheduler": [ports.scheduler],
         "kwok": [ports.kwok],
         "prometheus": [ports.prometheus],
+        "lws": list(lws_ports(ports)),
         "runner": [],
     }

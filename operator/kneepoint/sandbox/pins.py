@@ -19,6 +19,12 @@ PROMETHEUS_VERSION = "v3.16.0"
 # helm renders and lints the chart (charts/kneepoint); not part of ``all_builds``: the
 # sandbox itself never runs it, the chart tests build it on first use.
 HELM_VERSION = "v3.21.4"
+# LeaderWorkerSet runs one engine replica over several nodes (pipeline parallel across
+# nodes). Optional like helm: ``kneepoint sandbox up --with-lws`` builds and starts it.
+# v0.10.0 was the plan, but the Go module proxy answers 403 "This module version is not
+# available" for its zip (and for v0.10.1); v0.9.0 is the newest it serves (go 1.26.0,
+# k8s.io/* v0.36.2, controller-runtime v0.24.1).
+LWS_VERSION = "v0.9.0"
 
 # Fixed so that two builds of the same pin are byte-identical (-trimpath, no VCS stamp).
 BUILD_DATE = "2026-11-29T00:00:00Z"
@@ -205,6 +211,27 @@ def helm_build(version: str = HELM_VERSION) -> GoBuild:
             ["-s", "-w", f"-X {pkg}/internal/version.version={version}", f"-X {pkg}/internal/version.gitTreeState=clean"]
             + [f"-X {pkg}/pkg/{p}.k8sVersionMajor={k8s[0]} -X {pkg}/pkg/{p}.k8sVersionMinor={k8s[1]}" for p in ("lint/rules", "chartutil")]
         ),
+    )
+
+
+def lws_build(version: str = LWS_VERSION) -> GoBuild:
+    """The LeaderWorkerSet controller (with its webhooks) from ``sigs.k8s.io/lws``.
+
+    Upstream's main package is ``sigs.k8s.io/lws/cmd``, so ``go install`` names the binary
+    ``cmd``; the wrapper builds it as ``lws``. go.mod has no replaces and says go 1.26.0.
+    The ldflags stamp the version as upstream's Makefile does (``pkg/version``).
+    """
+    pkg = "sigs.k8s.io/lws/pkg/version"
+    return GoBuild(
+        name="lws",
+        version=version,
+        module_path="kneepoint.sandbox/lwsbin",
+        go_directive="1.26.0",
+        godebug=None,
+        requires=(("sigs.k8s.io/lws", version),),
+        replaces=(),
+        outputs=(("lws", "sigs.k8s.io/lws/cmd"),),
+        ldflags=f"-s -w -X {pkg}.GitVersion={version} -X {pkg}.GitCommit=module -X {pkg}.BuildDate={BUILD_DATE}",
     )
 
 

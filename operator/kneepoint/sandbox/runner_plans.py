@@ -128,10 +128,26 @@ def classify_container(container: Mapping[str, Any]) -> str:
     """``engine``, ``kneepoint`` or ``pretend`` for one container spec (see the module doc)."""
     image = str(container.get("image") or "")
     if "vllm" in image.lower():
-        return ENGINE
+        # A --headless rank of a multi-node replica serves nothing: the group's leader runs
+        # the one simulator that models the whole group, the workers only report Ready.
+        return PRETEND if is_headless_rank(container) else ENGINE
     if _kneepoint_words(container) is not None:
         return KNEEPOINT
     return PRETEND
+
+
+def is_headless_rank(container: Mapping[str, Any]) -> bool:
+    """Whether a vLLM container is a non-serving rank of a multi-node replica (``--headless``)."""
+    words = [str(w) for w in (container.get("command") or [])] + [str(w) for w in (container.get("args") or [])]
+    return "--headless" in (_shell_script_words(words) or words)
+
+
+def multi_node_count(words: Sequence[str]) -> int:
+    """vLLM's ``--nnodes`` (1 when absent or not a number): how many nodes the replica spans."""
+    try:
+        return max(1, int(_flag_value(words, "--nnodes") or 1))
+    except ValueError:
+        return 1
 
 
 def _image_repository(image: str) -> str:
@@ -532,7 +548,12 @@ def simulator_env(pod: Mapping[str, Any], container: Mapping[str, Any], argv: Se
         "POD_NAMESPACE": str(metadata.get("namespace", "")),
         "CONTAINER_NAME": str(container.get("name", "")),
     }
-    return defaults, hardware_env(node_labels, gpus)
+    hardware = hardware_env(node_labels, gpus)
+    if multi_node_count(argv) < 2:
+        # Stages of a single-node replica talk over the node's own links; only the leader of a
+        # replica that spans nodes (vLLM --nnodes > 1) sends activations over the inter-node link.
+        hardware.pop("KNEEPOINT_SIM_INTER_NODE_GBPS", None)
+    return defaults, hardware
 
 
 def plan_container(

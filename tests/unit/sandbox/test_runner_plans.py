@@ -266,7 +266,7 @@ def test_engine_plan_env_layers() -> None:
     assert env["KNEEPOINT_SIM_ARCHITECTURE"] == "llama-3-8b"
     assert env["KNEEPOINT_SIM_GPU"] == "NVIDIA-H200"
     assert env["KNEEPOINT_SIM_INTERCONNECT"] == "nvlink"
-    assert env["KNEEPOINT_SIM_INTER_NODE_GBPS"] == "400"
+    assert "KNEEPOINT_SIM_INTER_NODE_GBPS" not in env  # one node: stages never cross the inter-node link
     assert env["KNEEPOINT_SIM_MODEL_LOAD_SECONDS"] == "5"
     assert (env["POD_NAME"], env["POD_NAMESPACE"], env["CONTAINER_NAME"]) == ("eng-0", "ns1", "engine")
     assert env["KNEEPOINT_RESOLVE"] == "mine:1:127.0.0.9"

@@ -101,7 +101,7 @@ def test_kwok_stages_leave_non_pretend_pods_to_the_runner() -> None:
     assert stages["pod-delete"]["spec"]["next"]["delete"] is True
 
 
-PURE = ("pins", "gomod", "fleet", "layout", "flags", "promconfig")
+PURE = ("pins", "gomod", "fleet", "layout", "flags", "promconfig", "lws_config")
 
 
 @pytest.mark.parametrize("module", PURE)
