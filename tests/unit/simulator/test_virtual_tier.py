@@ -1,0 +1,118 @@
+"""The virtual tier: the simulator's engine under the load generator's workload on simulated time."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kneepoint.simulator.virtual_tier import (
+    AdaptiveStop,
+    Workload,
+    min_samples_for_quantile,
+    quantile_ranks,
+    run_load_test,
+    start_engine,
+    t_quantile,
+)
+
+CONTRACT_A_KEYS = {
+    "v", "ok", "outputTokensPerSecond", "totalTokensPerSecond", "requestsPerSecond", "ttftP50Ms", "ttftP90Ms", "ttftP95Ms",
+    "ttftP99Ms", "ttftMeanMs", "tpotMeanMs", "tpotP99Ms", "itlP99Ms", "latencyP50Ms", "latencyP90Ms", "latencyP95Ms",
+    "latencyP99Ms", "latencyMeanMs", "completed", "failed", "errorFraction", "errors", "inputTokensAsked", "inputTokensServed",
+    "outputTokensAsked", "outputTokensServed", "concurrency", "repeats", "keptRepeat", "repeatOutputTokensPerSecond",
+    "clientLimited", "clientCpuPeak", "loopLagP99Ms", "startedAt", "finishedAt", "durationSeconds",
+}
+
+
+def engine(tp: int = 1, seed: int = 1, model: str = "meta-llama/Llama-3.2-1B-Instruct", noise: float = 0.02, **extra: str):
+    args = ["--model", model, "--tensor-parallel-size", str(tp), "--max-num-seqs", "16", "--max-model-len", "2048",
+            "--gpu", "NVIDIA-H200", "--noise", str(noise), "--seed", str(seed), "--dcgm-port", "0"]
+    for flag, value in extra.items():
+        args += [f"--{flag.replace('_', '-')}", value]
+    return start_engine(args)
+
+
+SMALL = Workload(concurrency=8, num_requests=40, input_len=64, output_len=16, warmup_requests=8, repeats=2)
+
+
+def test_t_quantile_matches_tables():
+    assert t_quantile(0.975, 9) == pytest.approx(2.262, abs=2e-3)
+    assert t_quantile(0.975, 4) == pytest.approx(2.776, abs=2e-2)
+    assert t_quantile(0.95, 30) == pytest.approx(1.697, abs=2e-3)
+
+
+def _coverage(n: int, q: float, ranks: tuple[int, int]) -> float:
+    lo, hi = ranks
+    return sum(math.comb(n, k) * q**k * (1 - q) ** (n - k) for k in range(lo, hi))
+
+
+@pytest.mark.parametrize("n,q,confidence", [(50, 0.5, 0.95), (400, 0.99, 0.95), (1000, 0.99, 0.9), (368, 0.99, 0.95)])
+def test_quantile_interval_covers_at_the_stated_confidence(n, q, confidence):
+    ranks = quantile_ranks(n, q, confidence)
+    assert ranks is not None and 1 <= ranks[0] < ranks[1] <= n
+    assert _coverage(n, q, ranks) >= confidence - 1e-9
+
+
+def test_p99_needs_hundreds_of_samples():
+    n = min_samples_for_quantile(0.99, 0.95)
+    assert quantile_ranks(n, 0.99, 0.95) is not None
+    assert quantile_ranks(n - 1, 0.99, 0.95) is None
+    assert 300 < n < 500
+
+
+def test_engine_that_does_not_fit_refuses_like_vllm():
+    start = engine(model="meta-llama/Llama-3.3-70B-Instruct")
+    assert not start.ok and start.exit_code == 1 and start.out_of_memory
+    assert "No available memory for the cache blocks" in start.message or "CUDA out of memory" in start.message
+
+
+def test_bad_simulator_flag_is_a_value_error():
+    with pytest.raises(ValueError, match="--interconnect"):
+        engine(interconnect="infiniband")
+
+
+def test_load_test_gives_the_load_generators_summary():
+    start = engine()
+    m = run_load_test(start.settings, SMALL)
+    s = m.summary
+    assert CONTRACT_A_KEYS <= set(s)
+    assert s["ok"] and s["completed"] == 40 and s["failed"] == 0 and s["repeats"] == 2
+    assert s["inputTokensServed"] == 65  # 64 words + BOS, as the simulator counts completions prompts
+    assert s["outputTokensServed"] == 16
+    assert 0 < s["ttftP50Ms"] <= s["latencyP50Ms"] <= s["latencyP99Ms"]
+    assert m.requests_sent == 8 + 2 * 40
+    assert 0 < m.kept_started < m.kept_finished <= m.seconds
+    assert 0 < m.peak_kv_cache_usage <= 1 and m.comm_fraction == 0.0 and 0 < m.gpu_utilization <= 1
+    assert s["startedAt"].startswith("1970-01-01T00:00:") and m.summary_at(1_800_000_000.0)["startedAt"].startswith("2027-")
+
+
+def test_same_seed_same_numbers_other_seed_other_noise():
+    a = run_load_test(engine(seed=3).settings, SMALL).summary
+    b = run_load_test(engine(seed=3).settings, SMALL).summary
+    c = run_load_test(engine(seed=4).settings, SMALL).summary
+    assert a == b
+    assert a["outputTokensPerSecond"] != c["outputTokensPerSecond"]
+    assert c["outputTokensPerSecond"] == pytest.approx(a["outputTokensPerSecond"], rel=0.05)
+
+
+def test_more_gpus_at_tp2_reports_collective_share():
+    m = run_load_test(engine(tp=2).settings, SMALL)
+    assert 0 < m.comm_fraction < 1
+
+
+def test_prompt_beyond_the_context_fails_each_request_with_400():
+    w = Workload(concurrency=4, num_requests=10, input_len=4000, output_len=16)
+    s = run_load_test(engine().settings, w).summary
+    assert s["completed"] == 0 and s["failed"] == 10 and s["errors"] == {"http_4xx": 10} and not s["ok"]
+
+
+def test_adaptive_stop_never_sends_more_than_the_fixed_plan():
+    w = Workload(concurrency=16, num_requests=300, input_len=64, output_len=16, warmup_requests=16, repeats=2)
+    m = run_load_test(engine(noise=0.0).settings, w, AdaptiveStop())
+    info = m.adaptive
+    assert info is not None and info["cap"] == 600 and info["floor"] == min_samples_for_quantile(0.99, 0.95)
+    assert info["floor"] <= m.summary["completed"] <= 600
+    assert m.summary["repeats"] == 1
+    if info["converged"]:
+        assert info["throughputRelHalfWidth"] <= 0.05 and info["p99RelWidth"] <= 0.20
