@@ -103,7 +103,8 @@ def per_replica_concurrency(load_concurrency: int, slo_check: SloCheck) -> tuple
         text = (
             f"per-replica concurrency {value} estimated: at concurrency {c} the tier missed "
             + ", ".join(f"{o.name} {o.measured_ms:.0f} > {o.limit_ms:.0f} ms" for o in missed)
-            + f"; {c} x {worst.limit_ms:.0f}/{worst.measured_ms:.0f} = {c * ratio:.1f} -> {value}"
+            # Cut, not rounded, so that 15.95 does not print as 16.0 -> 15.
+            + f"; {c} x {worst.limit_ms:.0f}/{worst.measured_ms:.0f} = {math.floor((c * ratio + ROUNDING_TOLERANCE) * 100) / 100:.2f} -> {value}"
         )
         return value, SOURCE_ESTIMATED, text
     if slo_check.unchecked:

@@ -77,6 +77,13 @@ def test_missed_slo_scales_concurrency_down_by_the_worst_ratio():
     assert "estimated" in text and "ttftP95Ms 400 > 100 ms" in text
 
 
+def test_the_explanation_never_shows_the_product_rounded_above_its_floor():
+    # 64 x 2000/8024 = 15.95: printed as 15.95 -> 15, not 16.0 -> 15 (a sandbox run of large-model.yaml).
+    check = check_slo(tier(ttft_p95=8024), SloSpec(ttft_p95_ms=2000))
+    value, _, text = per_replica_concurrency(64, check)
+    assert value == 15 and "64 x 2000/8024 = 15.95 -> 15" in text
+
+
 def test_estimated_concurrency_never_below_one():
     check = check_slo(tier(p99=1_000_000), SloSpec(latency_p99_ms=10))
     assert per_replica_concurrency(32, check)[:2] == (1, SOURCE_ESTIMATED)
