@@ -166,3 +166,10 @@ def test_non_streaming_body() -> None:
 def test_usage_tokens_ignores_wrong_types() -> None:
     assert usage_tokens({"prompt_tokens": "12", "completion_tokens": True}) == (None, None)
     assert usage_tokens(None) == (None, None)
+
+
+def test_payload_whitespace_is_allowed_and_trailing_garbage_is_not() -> None:
+    state = _run([SSEEvent('  {"choices": [{"text": "a"}]}  '), SSEEvent(" [DONE] ")], [0.0, 1.0])
+    assert state.output_chunks == 1 and state.done
+    with pytest.raises(MalformedStream):
+        CompletionStream().on_event(SSEEvent('{"choices": []} x'), 0.0)
