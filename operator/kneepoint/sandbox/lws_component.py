@@ -16,6 +16,7 @@ module reads the packaged files, and :func:`vendor_crds` refreshes the CRD copie
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
 import json
 import sys
@@ -34,6 +35,20 @@ def webhook_configurations(webhook_port: int, ca_pem: bytes) -> list[dict[str, A
     """The packaged webhook configurations, pointed at the controller on loopback (``lws_config.url_webhooks``)."""
     text = importlib.resources.files("kneepoint.data").joinpath(f"{DATA}/webhooks.yaml").read_text()
     return lws_config.url_webhooks([d for d in yaml.safe_load_all(text) if d], webhook_port, ca_pem)
+
+
+DIGEST_ANNOTATION = "kneepoint.io/source-digest"
+
+
+def crd_documents() -> list[dict[str, Any]]:
+    """The packaged CRDs, each annotated with a digest of its file (so an unchanged one need not be applied again)."""
+    documents = []
+    for path in crd_files():
+        data = path.read_bytes()
+        document = json.loads(data)
+        document["metadata"].setdefault("annotations", {})[DIGEST_ANNOTATION] = hashlib.sha256(data).hexdigest()[:16]
+        documents.append(document)
+    return documents
 
 
 def crd_files() -> list[Path]:
