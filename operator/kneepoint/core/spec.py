@@ -311,7 +311,7 @@ class SimulationSpec:
     image: str | None = api_field("Image with kneepoint (runs `kneepoint sim`); default: the operator's own image.", default=None)
     noise_fraction: float = api_field("Relative noise on simulated step times.", default=0.02, minimum=0.0, maximum=0.5)
     interconnect: str = api_field(
-        "Interconnect the simulator models: auto (from the node's NVLink-domain label), nvlink or pcie.", default="auto", enum=INTERCONNECTS
+        "Interconnect the simulator models: auto (the GPU product's own link from the catalogue: nvlink for H200, pcie for L40S), nvlink or pcie.", default="auto", enum=INTERCONNECTS
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kneepoint.core.apifields import to_json
+from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
@@ -186,6 +187,11 @@ def build_engine_deployment(
         if ctx.gpu_product:
             sim_args += ["--gpu", ctx.gpu_product]
         chosen = spec.simulation.interconnect if spec.simulation.interconnect != "auto" else interconnect
+        if chosen is None and ctx.gpu_product:
+            # A simulated tier holds no GPU and may run on any node, whose labels must not
+            # decide what is simulated: "auto" is then the product's own link (catalogue).
+            gpu_type = find_gpu_type(ctx.gpu_product)
+            chosen = gpu_type.interconnect if gpu_type else None
         if chosen in ("nvlink", "pcie"):
             sim_args += ["--interconnect", chosen]
         container.update(

@@ -1,5 +1,7 @@
 """The builders' output, field by field: what a user would check in `kubectl get -o yaml`."""
 
+import pytest
+
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
@@ -64,6 +66,16 @@ def test_simulate_mode_runs_the_simulator_without_gpus():
     assert c["args"][c["args"].index("--gpu") + 1] == "NVIDIA-H200"
     assert c["securityContext"]["runAsNonRoot"] is True
     assert "nodeSelector" not in d["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(("product", "link"), [("NVIDIA-H200", "nvlink"), ("NVIDIA-L40S", "pcie")])
+def test_simulate_mode_auto_interconnect_is_the_products_own_link(product, link):
+    # The pod holds no GPU and may land on any node: its labels (the sandbox runner's env)
+    # must not choose the link, or a simulated L40S on an H200 node would claim NVLink.
+    ctx = manifests.BuildContext(operator_image="ghcr.io/kneepoint/kneepoint:test", gpu_product=product)
+    d = manifests.build_engine_deployment(spec(mode="Simulate"), OWNER, Tier(2, 1), ctx)
+    (c,) = d["spec"]["template"]["spec"]["containers"]
+    assert c["args"][c["args"].index("--interconnect") + 1] == link
 
 
 def test_pvc_model_is_mounted_read_only():
