@@ -152,10 +152,16 @@ class OperatorProcess:
         return "".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("operator-*.log")))
 
 
+# Namespaces of this pytest session share a prefix, and the session's operator watches only
+# that prefix: another session (or a person) running an operator against the same shared
+# sandbox then never reconciles this session's experiments, nor this one theirs.
+SESSION_PREFIX = f"t{uuid.uuid4().hex[:4]}"
+
+
 @pytest.fixture(scope="session")
 def operator(sandbox: SandboxHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    """One operator for the session, watching all namespaces (tests use their own namespaces)."""
-    op = OperatorProcess(sandbox, tmp_path_factory.mktemp("operator"))
+    """One operator for the session, watching this session's test namespaces (``SESSION_PREFIX-*``)."""
+    op = OperatorProcess(sandbox, tmp_path_factory.mktemp("operator"), extra_env={"KNEEPOINT_NAMESPACES": f"{SESSION_PREFIX}-*"})
     op.start()
     try:
         yield op
@@ -166,11 +172,14 @@ def operator(sandbox: SandboxHandle, tmp_path_factory: pytest.TempPathFactory) -
 @pytest.fixture
 def namespace(sandbox: SandboxHandle) -> Iterator[str]:
     """A fresh namespace per test; deleted afterwards (finalizers are the operator's to remove)."""
-    name = f"t-{uuid.uuid4().hex[:8]}"
+    name = f"{SESSION_PREFIX}-{uuid.uuid4().hex[:8]}"
     sandbox.kubectl("create", "namespace", name)
     try:
         yield name
     finally:
+        # Experiments first, while the session's operator still runs to remove kopf's
+        # finalizer: a namespace deleted around one would stay Terminating for good.
+        sandbox.kubectl("delete", "parallelismexperiments.kneepoint.io", "--all", "-n", name, "--timeout=30s", check=False)
         sandbox.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 

@@ -1,0 +1,319 @@
+"""The operator's ladder end to end in the sandbox: real API server, scheduler, Prometheus,
+engine simulators and load generators, driven by ``kneepoint operator`` as a process.
+
+Each test takes an example from ``deploy/examples`` with a small load (tens of requests,
+repeats 1) and checks what a user sees: the decision and the rule that made it, status
+per tier, conditions, events, printer columns, the KServe recommendation, GPU-minutes.
+
+- (a) an 8B model on H200 stops at TP=1 by memory headroom; replicas from peak
+  concurrency and redundancy; conditions, events, owner references, labels, columns;
+- (b) a 70B model: TP=1 skipped by estimate (never deployed), decided by throughput gain
+  or P99 between measured tiers;
+- (c) a 14B model on the PCIe L40S node: TP=2 measured over PCIe loses, TP=1 stays;
+- Simulate mode: no GPU requested, everything marked simulated;
+- spec.budget: the ladder stops before a tier that would pass the GPU-hour cap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+import yaml
+from experiment_api import ChildPoller, Experiments, condition, example_spec, experiment, tier
+
+# Loads small enough for seconds per tier, long enough (several seconds of load test) that
+# Prometheus, scraping every 2 s in the sandbox, holds two samples of every counter.
+SMALL_8B_LOAD = {"concurrency": 16, "numRequests": 64, "inputLen": 512, "outputLen": 128, "repeats": 1, "warmupRequests": 2}
+SMALL_70B_LOAD = {"concurrency": 32, "numRequests": 64, "inputLen": 512, "outputLen": 128, "repeats": 1, "warmupRequests": 4}
+# 44 in flight is what puts one L40S above memoryHeadroom in pcie-fleet.yaml: keep it.
+SMALL_PCIE_LOAD = {"concurrency": 44, "numRequests": 44, "inputLen": 1024, "outputLen": 128, "repeats": 1, "warmupRequests": 2}
+CONDITIONS = ("Accepted", "Planned", "Profiling", "Decided", "Failed")
+
+
+@pytest.fixture
+def exps(sandbox: Any, operator: Any) -> Iterator[Experiments]:
+    with sandbox.api_client() as api:
+        yield Experiments(api)
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def expected_replicas(peak: int, per_replica: int, redundancy: float) -> int:
+    """docs/decision.md: ceil(ceil(peak / perReplica) x redundancy)."""
+    base = math.ceil(peak / per_replica)
+    return max(base, math.ceil(base * redundancy - 1e-9))
+
+
+def printer_row(sandbox: Any, namespace: str, name: str, wide: bool = False) -> dict[str, str]:
+    """``kubectl get pexp`` as a user sees it: column header -> cell."""
+    args = ["get", "pexp", name, "-n", namespace] + (["-o", "wide"] if wide else [])
+    lines = sandbox.kubectl(*args).stdout.splitlines()
+    header = lines[0]
+    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
+    bounds = list(zip(starts, starts[1:] + [None]))
+    return {header[a:b].strip(): lines[1][a:b].strip() for a, b in bounds}
+
+
+def check_conditions_current(obj: dict[str, Any]) -> None:
+    """Every condition set, and every one computed from the current generation."""
+    status, generation = obj["status"], obj["metadata"]["generation"]
+    assert status["observedGeneration"] == generation
+    for type_ in CONDITIONS:
+        c = condition(status, type_)
+        assert c is not None, f"condition {type_} missing"
+        assert c["observedGeneration"] == generation, c
+        assert c["reason"] and c["message"] and c["lastTransitionTime"]
+
+
+def check_gpu_minutes(status: dict[str, Any]) -> None:
+    """Per measured tier: GPUs x its wall time (1 s stamps); total: the sum."""
+    total = 0.0
+    for t in status["tiers"]:
+        if t["phase"] != "Measured":
+            assert not t.get("gpuMinutes") or t["phase"] == "Failed"
+            continue
+        wall = _epoch(t["finishedAt"]) - _epoch(t["startedAt"])
+        assert t["gpuMinutes"] == pytest.approx(t["gpus"] * wall / 60, abs=t["gpus"] * 1.5 / 60)
+        assert t["gpuMinutes"] > 0
+        total += t["gpuMinutes"]
+    assert status["gpuMinutesTotal"] == pytest.approx(total, abs=0.002)
+
+
+def check_children_owned(poller: ChildPoller, namespace: str, name: str, uid: str) -> None:
+    """Every Deployment, Service and Job seen: controller reference to the experiment, kneepoint labels."""
+    seen = {k: v for k, v in poller.children_seen.items() if k[0] == namespace}
+    assert seen, "the poller saw no child"
+    for (_, kind, child), (labels, owners) in seen.items():
+        assert owners == [("ParallelismExperiment", uid, True)], (kind, child, owners)
+        assert labels["kneepoint.io/experiment"] == name, (kind, child, labels)
+        assert labels["kneepoint.io/role"] == ("loadtest" if kind == "jobs" else "engine"), (kind, child, labels)
+        assert labels["kneepoint.io/tier"] in child, (kind, child, labels)
+        assert labels["app.kubernetes.io/managed-by"] == "kneepoint"
+
+
+def check_recommendation(exps: Experiments, namespace: str, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """The ConfigMap status names: an InferenceService with the decided tier and autoscaling bounds."""
+    status, spec = obj["status"], obj["spec"]
+    decision, rec = status["decision"], status["recommendation"]
+    cm = exps.core.read_namespaced_config_map(rec["configMapName"], namespace)
+    assert cm.metadata.labels["kneepoint.io/experiment"] == name and cm.metadata.labels["kneepoint.io/role"] == "recommendation"
+    assert [(o.kind, o.uid, o.controller) for o in cm.metadata.owner_references] == [("ParallelismExperiment", obj["metadata"]["uid"], True)]
+    isvc = yaml.safe_load(cm.data["inferenceservice.yaml"])
+    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1" and isvc["kind"] == "InferenceService"
+    predictor = isvc["spec"]["predictor"]
+    assert predictor["minReplicas"] == rec["minReplicas"] == spec["capacity"]["minReplicas"]
+    assert predictor["maxReplicas"] == rec["maxReplicas"] == decision["replicas"]
+    assert predictor["scaleTarget"] == rec["scaleTarget"] == decision["perReplicaConcurrency"]
+    assert predictor["scaleMetric"] == rec["scaleMetric"] == "concurrency"
+    args = predictor["model"]["args"]
+    assert f"--tensor-parallel-size={decision['tensorParallel']}" in args
+    assert f"--pipeline-parallel-size={decision['pipelineParallel']}" in args
+    assert predictor["model"]["resources"]["limits"]["nvidia.com/gpu"] == str(decision["gpusPerReplica"])
+    assert json.loads(cm.data["decision.json"])["replicas"] == decision["replicas"]
+    return isvc
+
+
+def check_replicas(obj: dict[str, Any]) -> None:
+    """(d) replicas = ceil(ceil(peak / per-replica concurrency) x redundancy); GPUs = replicas x tier."""
+    spec, decision = obj["spec"], obj["status"]["decision"]
+    capacity = spec["capacity"]
+    per_replica = decision["perReplicaConcurrency"]
+    if decision["perReplicaConcurrencySource"] == "measured":
+        assert per_replica == spec["load"]["concurrency"]
+    else:  # missed the SLO at the tested concurrency: scaled down, never up
+        assert decision["perReplicaConcurrencySource"] == "estimated" and 1 <= per_replica < spec["load"]["concurrency"]
+    want = expected_replicas(capacity["peakConcurrency"], per_replica, capacity["redundancyFactor"])
+    assert decision["replicas"] == want
+    assert want > math.ceil(capacity["peakConcurrency"] / per_replica), "redundancy adds replicas"
+    assert decision["totalGpus"] == decision["replicas"] * decision["gpusPerReplica"]
+
+
+def check_step_rule(status: dict[str, Any], rules: dict[str, Any]) -> None:
+    """The decided tier is where the first firing step rule says; every step before it passed."""
+    decision = status["decision"]
+    measured = [t for t in status["tiers"] if t["phase"] == "Measured"]
+    names = [t["name"] for t in measured]
+    decided = f"tp{decision['tensorParallel']}-pp{decision['pipelineParallel']}"
+    i = names.index(decided)
+    assert i + 1 < len(measured), "a step rule needs the next tier measured"
+    for prev, cur in zip(measured[:i], measured[1 : i + 1]):
+        assert cur["throughputGain"] >= rules["minThroughputGain"], (prev["name"], cur["name"], cur["throughputGain"])
+    nxt = measured[i + 1]
+    if decision["rule"] == "throughput-gain":
+        assert nxt["throughputGain"] < rules["minThroughputGain"]
+    elif decision["rule"] == "p99-degradation":
+        assert nxt["p99Change"] > rules["maxP99Degradation"] and nxt["p99Change"] > nxt["throughputGain"]
+    elif decision["rule"] == "comm-fraction":
+        assert nxt["commFraction"] > rules["maxCommFraction"]
+    else:
+        raise AssertionError(f"decided by {decision['rule']}, not a step rule")
+    assert f"stay at TP{decision['tensorParallel']}" in decision["reason"]
+
+
+def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Experiments, namespace: str) -> None:
+    name = "llama-8b"
+    spec = example_spec("experiment.yaml", load=SMALL_8B_LOAD)
+    with ChildPoller(exps, [(namespace, name)]) as poller:
+        uid = exps.create(experiment(name, namespace, spec))["metadata"]["uid"]
+        exps.wait_finished(namespace, name, 150)
+    obj = exps.get(namespace, name)
+    status = obj["status"]
+    assert status["phase"] == "Decided", status.get("message")
+    decision = status["decision"]
+    assert (status["decidedTier"], decision["rule"], decision["classification"]) == ("TP1", "memory-headroom", "single-gpu-enough")
+    assert decision["rulesFired"] == ["memory-headroom"] and decision["gpusPerReplica"] == 1
+    tp1 = tier(status, "tp1-pp1")
+    assert tp1["phase"] == "Measured" and tp1["attempts"] == 1 and tp1["nodeName"].startswith("h200-")
+    # The rule reads the memory the load needs, not what vLLM pre-allocates.
+    assert tp1["peakMemoryGiB"] / tp1["gpuMemoryGiB"] <= spec["stopRules"]["memoryHeadroom"]
+    assert tp1["allocatedMemoryGiB"] > tp1["peakMemoryGiB"]
+    assert "M1=" in decision["reason"] and "memoryHeadroom 0.85" in decision["reason"]
+    for other in ("tp2-pp1", "tp4-pp1", "tp8-pp1"):
+        assert tier(status, other)["phase"] == "Skipped" and "not needed" in tier(status, other)["reason"]
+    assert poller.tiers_deployed(namespace, name) == {"tp1-pp1"}
+
+    # (d) replicas for the example's peak of 500 concurrent requests, redundancy 1.3.
+    check_replicas(obj)
+    check_recommendation(exps, namespace, name, obj)
+    check_conditions_current(obj)
+    assert [condition(status, t)["status"] for t in CONDITIONS] == ["True", "True", "False", "True", "False"]
+    check_gpu_minutes(status)
+    check_children_owned(poller, namespace, name, uid)
+    assert poller.duplicated() == {} and poller.recreated() == {}
+
+    # One event per tier transition and one for the decision.
+    reasons = Counter(exps.reasons(namespace, name))
+    for reason in ("PlanReady", "TierDeploying", "TierReady", "LoadTestStarted", "LoadTestFinished", "TierMeasured", "DecisionMade"):
+        assert reasons[reason] == 1, (reason, reasons)
+    assert reasons["TierSkipped"] == 3, reasons
+
+    # While it ran, the Current column named the tier; now the columns show the decision.
+    assert any(s.get("currentTier") == "tp1-pp1" for s in poller.seen_statuses(name))
+    row = printer_row(sandbox, namespace, name)
+    assert (row["PHASE"], row["TIER"], row["REPLICAS"], row["RULE"]) == ("Decided", "TP1", str(decision["replicas"]), "memory-headroom")
+    wide = printer_row(sandbox, namespace, name, wide=True)
+    assert wide["MODE"] == "Measure" and float(wide["GPU-MIN"]) == pytest.approx(status["gpuMinutesTotal"])
+
+    # Decided: every child is gone but the recommendation.
+    assert exps.child_names(namespace, name) == {"configmaps": [status["recommendation"]["configMapName"]]}
+
+
+def test_70b_on_h200_skips_tp1_by_estimate_and_stops_by_a_step_rule(exps: Experiments, namespace: str) -> None:
+    name = "llama-70b"
+    spec = example_spec("large-model.yaml", load=SMALL_70B_LOAD)
+    assert spec["engine"]["gpuMemoryUtilization"] == 0.90
+    exps.core.create_namespaced_secret(namespace, {"metadata": {"name": "hf-token"}, "stringData": {"token": "not-a-real-token"}})
+    with ChildPoller(exps, [(namespace, name)]) as poller:
+        exps.create(experiment(name, namespace, spec))
+        planned = exps.wait(namespace, name, lambda s: s.get("tiers"), 30, "the plan")
+        exps.wait_finished(namespace, name, 240)
+    # TP=1 never deployed: the estimate (weights 131.4 GiB > 0.90 x 139.8 GiB) skipped it at plan time.
+    tp1 = tier(planned, "tp1-pp1")
+    assert tp1["phase"] == "Skipped" and tp1["doesNotFit"] is True
+    assert "does not fit (estimate)" in tp1["reason"] and "0.90 x 139.8 GiB" in tp1["reason"]
+    assert "tp1-pp1" not in poller.tiers_deployed(namespace, name)
+    events = exps.events(namespace, name)
+    assert any(e["reason"] == "TierSkipped" and e["message"].startswith("TP1 skipped without deploying") for e in events)
+    assert not any(e["reason"] == "TierDeploying" and "TP1 " in e["message"] for e in events)
+
+    obj = exps.get(namespace, name)
+    status = obj["status"]
+    assert status["phase"] == "Decided", status.get("message")
+    decision = status["decision"]
+    assert decision["rule"] in ("throughput-gain", "p99-degradation"), decision["reason"]
+    assert decision["classification"] == "does-not-fit" and decision["gpusPerReplica"] >= 2
+    check_step_rule(status, obj["spec"]["stopRules"])
+    measured = [t["name"] for t in status["tiers"] if t["phase"] == "Measured"]
+    assert poller.tiers_deployed(namespace, name) == set(measured)
+    assert all(tier(status, t)["commFraction"] > 0 for t in measured), "TP > 1 spends time in all-reduce"
+    # TP=8 alone holds the model: its PP=2 tier is not needed and never deployed.
+    assert all(t["phase"] == "Skipped" for t in status["tiers"] if t["pipelineParallel"] > 1)
+    check_replicas(obj)
+    check_recommendation(exps, namespace, name, obj)
+    check_conditions_current(obj)
+    check_gpu_minutes(status)
+    assert Counter(exps.reasons(namespace, name))["TierMeasured"] == len(measured)
+
+
+def test_14b_on_pcie_l40s_keeps_tp1_when_tp2_loses_to_communication(exps: Experiments, namespace: str) -> None:
+    name = "qwen-14b-l40s"
+    spec = example_spec("pcie-fleet.yaml", load=SMALL_PCIE_LOAD)
+    with ChildPoller(exps, [(namespace, name)]) as poller:
+        exps.create(experiment(name, namespace, spec))
+        exps.wait_finished(namespace, name, 240)
+    obj = exps.get(namespace, name)
+    status = obj["status"]
+    assert status["phase"] == "Decided", status.get("message")
+    tp1, tp2 = tier(status, "tp1-pp1"), tier(status, "tp2-pp1")
+    # One L40S holds the model but is too full to stop on memory: TP=2 is measured...
+    assert tp1["phase"] == "Measured" and tp1["peakMemoryGiB"] / tp1["gpuMemoryGiB"] > spec["stopRules"]["memoryHeadroom"]
+    assert tp2["phase"] == "Measured" and tp1["nodeName"] == tp2["nodeName"] == "l40s-0"
+    # ...over PCIe, where all-reduce takes a large share of each step and the gain is small.
+    assert tp2["commFraction"] > 0.2, tp2
+    decision = status["decision"]
+    assert (status["decidedTier"], decision["gpusPerReplica"]) == ("TP1", 1)
+    assert decision["rule"] in ("throughput-gain", "comm-fraction"), decision["reason"]
+    assert "memory-headroom" not in (decision.get("rulesFired") or [])
+    check_step_rule(status, obj["spec"]["stopRules"])
+    assert tier(status, "tp4-pp1")["phase"] == "Skipped" and poller.tiers_deployed(namespace, name) == {"tp1-pp1", "tp2-pp1"}
+    check_replicas(obj)
+    check_recommendation(exps, namespace, name, obj)
+    check_gpu_minutes(status)
+
+
+def test_simulate_mode_uses_no_gpu_and_marks_everything_simulated(sandbox: Any, exps: Experiments, namespace: str) -> None:
+    # memoryHeadroom low enough that TP=2 is simulated too. The L40S one checks that a
+    # CPU-only engine simulates its product's own link (PCIe) wherever it is scheduled: the
+    # sandbox's H200 nodes say NVLink, which the simulator refuses for an L40S.
+    lowered = {"tiers": {"tensorParallel": [1, 2]}, "stopRules": {"memoryHeadroom": 0.05}}
+    specs = {
+        "llama-8b-sim": example_spec("experiment.yaml", mode="Simulate", load=SMALL_8B_LOAD, **lowered),
+        "qwen-14b-sim": example_spec(
+            "pcie-fleet.yaml", mode="Simulate", load={**SMALL_8B_LOAD, "numRequests": 32, "outputLen": 64}, **lowered
+        ),
+    }
+    with ChildPoller(exps, [(namespace, n) for n in specs]) as poller:
+        for name, spec in specs.items():
+            exps.create(experiment(name, namespace, spec))
+        for name in specs:
+            exps.wait_finished(namespace, name, 180)
+    for name in specs:
+        obj = exps.get(namespace, name)
+        status = obj["status"]
+        assert status["phase"] == "Decided", (name, status.get("message"), [t.get("reason") for t in status["tiers"]])
+        assert poller.tiers_deployed(namespace, name) == {"tp1-pp1", "tp2-pp1"}
+        assert poller.engine_gpus[(namespace, name)] == 0, "a simulated engine requests no GPU"
+        assert status["simulated"] is True and status["decision"]["simulated"] is True
+        assert all(t.get("simulated") is True for t in status["tiers"])
+        assert "(simulated)" in status["message"]
+        assert any(e["reason"] == "DecisionMade" and "(simulated)" in e["message"] for e in exps.events(namespace, name))
+        isvc = check_recommendation(exps, namespace, name, obj)
+        assert isvc["metadata"]["annotations"]["kneepoint.io/simulated"] == "true"
+        assert printer_row(sandbox, namespace, name, wide=True)["MODE"] == "Simulate"
+
+
+def test_budget_stops_the_ladder_before_a_tier_that_would_pass_the_cap(exps: Experiments, namespace: str) -> None:
+    name = "llama-8b-budget"
+    # 0.005 GPU-hours = 0.3 GPU-minutes: TP=1 may start (nothing spent, nothing to predict
+    # from); TP=2 would cost twice TP=1's wall time, which is more than the rest.
+    spec = example_spec(
+        "experiment.yaml", load=SMALL_8B_LOAD, tiers={"tensorParallel": [1, 2, 4]}, stopRules={"memoryHeadroom": 0.05}, budget={"maxGpuHours": 0.005}
+    )
+    exps.create(experiment(name, namespace, spec))
+    status = exps.wait_finished(namespace, name, 150)
+    assert status["phase"] == "Decided", status.get("message")
+    assert (status["decidedTier"], status["decision"]["rule"]) == ("TP1", "budget")
+    assert [t["phase"] for t in status["tiers"]] == ["Measured", "Skipped", "Skipped"]
+    assert all(t["reason"].startswith("budget:") for t in status["tiers"][1:])
+    check_gpu_minutes(status)
+    events = exps.events(namespace, name)
+    budget = [e for e in events if e["reason"] == "BudgetExhausted"]
+    assert len(budget) == 1 and "before TP2" in budget[0]["message"] and "cap of 0.3 GPU-min" in budget[0]["message"]
