@@ -76,6 +76,13 @@ def experiment(name: str, namespace: str, spec: dict[str, Any] | None = None, ba
     }
 
 
+def session_namespace(operator: Any, tag: str) -> str:
+    """A namespace name the session's operator watches (it may watch only ``<prefix>-*``)."""
+    pattern = (getattr(operator, "extra_env", None) or {}).get("KNEEPOINT_NAMESPACES", "")
+    prefix = pattern[: -len("-*")] if pattern.endswith("-*") else "t"
+    return f"{prefix}-{tag}"
+
+
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
 

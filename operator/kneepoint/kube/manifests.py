@@ -180,6 +180,10 @@ def build_engine_deployment(
         },
         "env": _engine_env(spec, ctx),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        # vLLM writes no termination message: on a failed exit the kubelet then puts the log
+        # tail there, which is how an out-of-memory start (the kernel's OOM killer is not
+        # involved: reason Error) or a crash loop's cause reaches the tier's reason.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     if simulate:
