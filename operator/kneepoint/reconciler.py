@@ -99,6 +99,25 @@ class GpuLedger:
 
 
 @dataclass
+class FleetCache:
+    """Nodes and resource-holding pods, listed at most once per ``max_age`` seconds for all experiments.
+
+    A capacity check needs every GPU node and every pod that holds GPUs. Listing both for
+    each pass of each waiting experiment costs O(experiments x nodes) per round; one shared
+    read per window costs O(nodes). What a cached read misses is covered: engines this
+    operator created since are in the GpuLedger until their pods show up, and GPUs freed
+    since only look busy a little longer (the check waits, it never over-promises them).
+    """
+
+    max_age: float
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    fetched_at: float | None = None
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    reads: int = 0
+
+
+@dataclass
 class WaitQueue:
     """FIFO of experiments waiting for GPUs, per GPU product (queue position in status)."""
 
@@ -164,6 +183,7 @@ class Reconciler:
         self.writer = writer
         self.settings = settings
         self.ledger = GpuLedger()
+        self.fleet_cache = FleetCache(max_age=settings.fleet_cache_seconds)
         self.queue = WaitQueue()
         self.clock = clock
         self._prometheus: dict[str, PrometheusReader] = {}
@@ -194,7 +214,11 @@ class Reconciler:
             if step is None:
                 return None
             if not step.progressed or (step.requeue_after or 0) > 0:
-                return step.requeue_after if step.requeue_after is not None else self.settings.idle_poll_seconds
+                if step.requeue_after is not None:
+                    return step.requeue_after
+                # Decided or Failed: nothing changes until the spec does, and a spec change
+                # wakes the daemon (handlers.experiment_changed); no periodic re-reads.
+                return None if step.status.phase in ("Decided", "Failed") else self.settings.idle_poll_seconds
         return 0.5
 
     # ------------------------------------------------------------------ one pass
@@ -210,22 +234,42 @@ class Reconciler:
             await self._reject(body, status, exc)
             return None
 
-        phase = derive_phase(status.conditions)
         current = next((t for t in status.tiers if t.phase not in TERMINAL_TIER_PHASES), None)
         needs_fleet = spec.mode == "Measure" and (not status.tiers or (current is not None and current.phase in (TIER_PENDING, TIER_WAITING)))
         if needs_fleet:
-            # Capacity check and EnsureEngine must not interleave between experiments.
+            # The capacity check and the GPUs it promises must not interleave between
+            # experiments: observe, decide and reserve under the lock; the API writes that
+            # follow (Deployment, status, events) run after it, so one experiment's writes
+            # never hold up another's capacity check.
             async with self.ledger.lock:
-                return await self._observe_step_apply(body, spec, status, old_status_json, generation, phase)
-        return await self._observe_step_apply(body, spec, status, old_status_json, generation, phase)
+                obs, fleet_ctx = await self._observe(name, namespace, uid, spec, status, generation)
+                step = reconcile_step(spec, status, obs, self.settings.ladder, spec_hash=measurement_hash(spec))
+                self._reserve_gpus(step, spec, name, obs)
+        else:
+            obs, fleet_ctx = await self._observe(name, namespace, uid, spec, status, generation)
+            step = reconcile_step(spec, status, obs, self.settings.ladder, spec_hash=measurement_hash(spec))
+        return await self._apply_and_write(body, spec, status, old_status_json, obs, fleet_ctx, step)
 
-    async def _observe_step_apply(
-        self, body: dict[str, Any], spec: ExperimentSpec, status: ExperimentStatus, old_json: dict[str, Any], generation: int, phase: str
+    def _reserve_gpus(self, step: Step, spec: ExperimentSpec, name: str, obs: Observations) -> None:
+        """Record in the ledger the GPUs this step's EnsureEngine promises, before the engine exists."""
+        if spec.mode != "Measure":
+            return
+        key = f"{naming.experiment_label_value(name)}/"
+        for action in step.actions:
+            if not isinstance(action, EnsureEngine):
+                continue
+            if action.group_size > 1:
+                for index, node in enumerate(action.node_names):
+                    self.ledger.reserve(node, action.tier.tensor_parallel, f"{key}{action.tier.name}#{index}", obs.now)
+            elif action.node_name:
+                self.ledger.reserve(action.node_name, action.tier.gpus, f"{key}{action.tier.name}", obs.now)
+
+    async def _apply_and_write(
+        self, body: dict[str, Any], spec: ExperimentSpec, status: ExperimentStatus, old_json: dict[str, Any],
+        obs: Observations, fleet_ctx: dict[str, Any], step: Step,
     ) -> Step:
         meta = body["metadata"]
         name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
-        obs, fleet_ctx = await self._observe(name, namespace, uid, spec, status, generation)
-        step = reconcile_step(spec, status, obs, self.settings.ladder, spec_hash=measurement_hash(spec))
         new_status = step.status
         owner = manifests.Owner(name, namespace, uid)
         for action in step.actions:
@@ -238,7 +282,8 @@ class Reconciler:
             await self.writer.patch_status(namespace, name, patch)
         for ev in step.events:
             log.info("%s/%s: %s: %s", namespace, name, ev.reason, ev.message)
-            await self.writer.post_event(body, ev.reason, ev.message, ev.type)
+        # Events are independent of each other: post them at once (each failure is only logged).
+        await asyncio.gather(*(self.writer.post_event(body, ev.reason, ev.message, ev.type) for ev in step.events))
         if new_status.phase != derive_phase(status.conditions):
             log.info("%s/%s: phase %s -> %s", namespace, name, derive_phase(status.conditions), new_status.phase)
         self._record_metrics(spec, uid, status, new_status, step)
@@ -323,8 +368,7 @@ class Reconciler:
         needs_fleet = spec.mode == "Measure" and (planning or (current is not None and current.phase in (TIER_PENDING, TIER_WAITING, TIER_DEPLOYING)))
         product = spec.placement.gpu_product
         if needs_fleet:
-            nodes = await self.reader.nodes()
-            pods = await self.reader.active_pods_on_nodes()
+            nodes, pods = await self._fleet_lists()
             if current is not None and current.phase in (TIER_PENDING, TIER_WAITING):
                 # An operator killed after creating this tier's engine but before writing
                 # status finds the engine's pod holding GPUs: they are this tier's own, not
@@ -418,6 +462,17 @@ class Reconciler:
         )
         return obs, ctx
 
+    async def _fleet_lists(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every node and every pod holding resources, from the shared cache (refreshed once per window)."""
+        cache = self.fleet_cache
+        async with cache.lock:  # one refresh at a time; passes waiting on it reuse its result
+            if cache.fetched_at is None or self.clock() - cache.fetched_at >= cache.max_age:
+                cache.nodes = await self.reader.nodes()
+                cache.pods = await self.reader.active_pods_on_nodes()
+                cache.fetched_at = self.clock()
+                cache.reads += 1
+            return cache.nodes, cache.pods
+
     async def _metrics(self, spec: ExperimentSpec, name: str, namespace: str, tier: Tier, current: Any, now: float) -> Any:
         from kneepoint.core.ladder import parse_rfc3339
 
@@ -435,14 +490,11 @@ class Reconciler:
     async def _ensure_group(
         self, action: EnsureEngine, spec: ExperimentSpec, owner: manifests.Owner, build: manifests.BuildContext, obs: Observations
     ) -> None:
-        """A multi-node tier: the LeaderWorkerSet, a Service for its leader, GPU reservations per pod."""
+        """A multi-node tier: the LeaderWorkerSet and a Service for its leader (GPUs were reserved per pod under the lock)."""
         await self.writer.create(
             manifests.build_engine_leader_worker_set(spec, owner, action.tier, build, spec.placement.multi_node_topology_key)
         )
         await self.writer.create(manifests.build_engine_service(spec, owner, action.tier, leader_only=True))
-        key = f"{naming.experiment_label_value(owner.name)}/{action.tier.name}"
-        for index, node in enumerate(action.node_names):
-            self.ledger.reserve(node, action.tier.tensor_parallel, f"{key}#{index}", obs.now)
 
     async def _apply(
         self,
@@ -470,8 +522,6 @@ class Reconciler:
                 manifests.build_engine_deployment(spec, owner, action.tier, build, action.node_name, action.interconnect)
             )
             await self.writer.create(manifests.build_engine_service(spec, owner, action.tier))
-            if spec.mode == "Measure" and action.node_name:
-                self.ledger.reserve(action.node_name, action.tier.gpus, f"{naming.experiment_label_value(owner.name)}/{action.tier.name}", obs.now)
         elif isinstance(action, EnsureLoadTest):
             await self.writer.create(manifests.build_load_test_job(spec, owner, action.tier, action.attempt, build))
         elif isinstance(action, DeleteTier):

@@ -35,7 +35,15 @@ class OperatorSettings:
     max_passes_per_wakeup: int = 20
     """Transitions one wake-up may chain (plan -> deploy ...) before yielding to other experiments."""
     idle_poll_seconds: float = 30.0
-    """How often a finished or idle experiment is looked at again (spec changes also wake it)."""
+    """How often an idle experiment is looked at again. Decided and Failed ones are not: only an event (a spec
+    change, a child changing) wakes them."""
+    api_threads: int = 32
+    """Kubernetes API calls run in worker threads (the client is synchronous); this many at once, with as many
+    pooled connections (KNEEPOINT_API_THREADS). Python's default, cores + 4, queues calls once a few dozen
+    experiments are active."""
+    fleet_cache_seconds: float = 2.0
+    """Nodes and GPU-holding pods are listed at most once per this many seconds, shared by every experiment's
+    capacity check (KNEEPOINT_FLEET_CACHE_SECONDS; 0 lists them on every check)."""
     json_logs: bool = False
     """Log one JSON object per line (KNEEPOINT_LOG_FORMAT=json)."""
     metrics_port: int = 8080
@@ -65,6 +73,8 @@ class OperatorSettings:
             "json_logs": os.environ.get("KNEEPOINT_LOG_FORMAT", "") == "json",
             "metrics_port": int(os.environ.get("KNEEPOINT_METRICS_PORT", cls.metrics_port)),
             "metrics_address": os.environ.get("KNEEPOINT_METRICS_ADDRESS", cls.metrics_address),
+            "fleet_cache_seconds": _env_float("KNEEPOINT_FLEET_CACHE_SECONDS", cls.fleet_cache_seconds),
+            "api_threads": int(os.environ.get("KNEEPOINT_API_THREADS", cls.api_threads)),
             "sandbox_pretend_termination_message": os.environ.get("KNEEPOINT_SANDBOX_PRETEND_SUMMARY") or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})

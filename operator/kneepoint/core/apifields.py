@@ -10,6 +10,7 @@ parser and ``kubectl explain`` cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import MISSING, field
@@ -105,13 +106,21 @@ def to_json(obj: Any) -> Any:
     return obj
 
 
+@functools.lru_cache(maxsize=None)
+def type_hints(cls: Any) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, once per class: it re-evaluates every annotation string on each call,
+    which made it the largest CPU cost of an operator pass (status and spec are parsed on every pass).
+    Callers must not modify the returned dict."""
+    return typing.get_type_hints(cls)
+
+
 def from_json(cls: Any, data: Any) -> Any:
     """Inverse of :func:`to_json` for trusted data (our own status). No validation here."""
     cls, _ = unwrap_optional(cls)
     if data is None:
         return None
     if dataclasses.is_dataclass(cls):
-        hints = typing.get_type_hints(cls)
+        hints = type_hints(cls)
         kwargs = {}
         for f in dataclasses.fields(cls):
             key = json_name(f)

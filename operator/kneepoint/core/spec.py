@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from kneepoint.core.apifields import api_field, json_name, unwrap_optional
+from kneepoint.core.apifields import api_field, json_name, type_hints, unwrap_optional
 
 DTYPES = ("bfloat16", "float16", "float32", "fp8", "int8", "int4")
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -458,7 +458,7 @@ def _parse_dataclass(cls: Any, data: Any, path: str, errors: list[FieldError]) -
     if not isinstance(data, Mapping):
         errors.append(FieldError(path, f"must be an object, got {data!r}"))
         return None
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     known = {json_name(f): f for f in dataclasses.fields(cls)}
     for key in data:
         if key not in known:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -25,12 +27,14 @@ log = logging.getLogger("kneepoint.operator")
 ERROR_BACKOFF_SECONDS = 10.0
 
 
-def _api_client() -> client.ApiClient:
+def _api_client(pool_size: int) -> client.ApiClient:
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    return client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = pool_size  # one connection per worker thread, none waits for another's
+    return client.ApiClient(configuration)
 
 
 @kopf.on.startup()
@@ -43,7 +47,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
     operator_settings: OperatorSettings = memo.get("operator_settings") or OperatorSettings.from_env()
-    api = _api_client()
+    # The reader and writer run the synchronous client in worker threads (asyncio.to_thread).
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=operator_settings.api_threads, thread_name_prefix="kneepoint-api")
+    )
+    api = _api_client(operator_settings.api_threads)
     memo.operator_settings = operator_settings
     metrics = OperatorMetrics()
     count = metrics.api_requests
@@ -71,6 +79,10 @@ def _wakeup(memo: kopf.Memo, namespace: str, experiment: str) -> asyncio.Event:
 
 
 async def _sleep(wake: asyncio.Event, stopped: Any, seconds: float) -> None:
+    """Until ``seconds`` pass (math.inf: no deadline), the wake-up event is set, or the daemon is stopped.
+
+    Waits on the event in 1 s slices only to notice ``stopped``; no API call is made here.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while not stopped and not wake.is_set():
@@ -97,7 +109,8 @@ async def run_experiment(name: str, namespace: str, memo: kopf.Memo, stopped: An
         except Exception:  # the API server restarting, a 409 on status: try again later
             log.exception("%s/%s: reconcile failed; retrying in %.0f s", namespace, name, backoff)
             delay, backoff = backoff, min(backoff * 2, 300.0)
-        await _sleep(wake, stopped, memo.operator_settings.idle_poll_seconds if delay is None else delay)
+        # None: Decided, Failed or rejected; only an event (spec change, child change) wakes it.
+        await _sleep(wake, stopped, math.inf if delay is None else delay)
     memo.wakeups.pop((namespace, name), None)
 
 

@@ -1,0 +1,185 @@
+"""The reconciler's behaviour at scale: a shared fleet read per window, the capacity lock held only for the
+check and its reservation, and no periodic re-reads of finished experiments (docs/performance.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+from typing import Any
+
+from kneepoint.handlers.experiment import _sleep
+from kneepoint.reconciler import Reconciler
+from kneepoint.settings import OperatorSettings
+
+
+def node(name: str, gpus: int = 8) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H200", "kneepoint.io/nvlink-domain-size": str(gpus),
+                                              "kneepoint.io/interconnect": "nvlink", "kneepoint.io/nvlink-domain": f"{name}-nvl0"}},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def experiment(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1},
+        "spec": {"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct"}, "mode": "Measure",
+                 "tiers": {"tensorParallel": [4, 8]}, "placement": {"gpuProduct": "NVIDIA-H200"}},
+    }
+
+
+class FakeApi:
+    """Reader and writer over in-memory objects; counts calls; writes yield to the loop like real I/O."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.nodes_list = nodes
+        self.calls: list[str] = []
+        self.created: list[dict[str, Any]] = []
+        self.lock_held_during_writes: list[bool] = []
+        self.ledger_lock: asyncio.Lock | None = None
+
+    async def _io(self, what: str) -> None:
+        self.calls.append(what)
+        await asyncio.sleep(0)
+
+    # reader
+    async def experiment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        await self._io("experiment")
+        return copy.deepcopy(self.objects.get(name))
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        await self._io("nodes")
+        return copy.deepcopy(self.nodes_list)
+
+    async def active_pods_on_nodes(self) -> list[dict[str, Any]]:
+        await self._io("pods")
+        return []
+
+    async def config_map(self, namespace: str, name: str) -> None:
+        await self._io("config_map")
+
+    async def deployment(self, namespace: str, name: str) -> None:
+        await self._io("deployment")
+
+    async def engine_pods(self, *args: Any) -> list[dict[str, Any]]:
+        await self._io("engine_pods")
+        return []
+
+    # writer
+    async def create(self, body: dict[str, Any]) -> bool:
+        self.lock_held_during_writes.append(bool(self.ledger_lock and self.ledger_lock.locked()))
+        await self._io("create")
+        self.created.append(body)
+        return True
+
+    async def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        await self._io("patch_status")
+        obj = self.objects[name]
+        obj["status"] = _merge(obj.get("status") or {}, patch.get("status", patch))
+
+    async def post_event(self, *args: Any) -> None:
+        await self._io("event")
+
+    async def delete_all(self, *args: Any) -> int:
+        await self._io("delete_all")
+        return 0
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict) or not isinstance(base, dict):
+        return patch
+    out = dict(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
+def reconciler(api: FakeApi, clock: list[float], cache_seconds: float = 2.0) -> Reconciler:
+    settings = OperatorSettings(fleet_cache_seconds=cache_seconds)
+    r = Reconciler(api, api, settings, clock=lambda: clock[0])  # type: ignore[arg-type]
+    api.ledger_lock = r.ledger.lock
+    return r
+
+
+def test_experiments_share_one_fleet_read_per_window():
+    api = FakeApi([node("h200-0"), node("h200-1")])
+    clock = [1_800_000_000.0]
+    for name in ("a", "b", "c"):
+        api.objects[name] = experiment(name)
+    r = reconciler(api, clock)
+
+    async def run() -> None:
+        await asyncio.gather(*(r.reconcile(name, "ns") for name in ("a", "b", "c")))
+
+    asyncio.run(run())
+    # Three experiments planned and deployed their first tier; the fleet was listed once.
+    assert api.calls.count("nodes") == 1 and api.calls.count("pods") == 1
+    assert sum(1 for b in api.created if b["kind"] == "Deployment") == 3
+    clock[0] += 2.5
+    api.objects["d"] = experiment("d")
+    asyncio.run(r.reconcile("d", "ns"))
+    assert api.calls.count("nodes") == 2  # a new window reads again
+
+
+def test_without_the_cache_every_capacity_check_lists_the_fleet():
+    api = FakeApi([node("h200-0"), node("h200-1")])
+    clock = [1_800_000_000.0]
+    api.objects["a"] = experiment("a")
+    api.objects["b"] = experiment("b")
+    r = reconciler(api, clock, cache_seconds=0.0)
+    asyncio.run(r.reconcile("a", "ns"))
+    asyncio.run(r.reconcile("b", "ns"))
+    assert api.calls.count("nodes") == 4  # plan and deploy, for each experiment
+
+
+def test_gpus_are_promised_under_the_lock_and_written_after_it():
+    # Three TP4 engines on two 8-GPU nodes: one node takes two, the third goes to the other,
+    # although every check saw the same cached (empty) pod list: the ledger held the promises.
+    api = FakeApi([node("h200-0"), node("h200-1")])
+    clock = [1_800_000_000.0]
+    for name in ("a", "b", "c"):
+        api.objects[name] = experiment(name)
+    r = reconciler(api, clock)
+
+    async def run() -> None:
+        await asyncio.gather(*(r.reconcile(name, "ns") for name in ("a", "b", "c")))
+
+    asyncio.run(run())
+    placed: dict[str, int] = {}
+    for body in api.created:
+        if body["kind"] == "Deployment":
+            pref = body["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            host = pref[0]["preference"]["matchExpressions"][0]["values"][0]
+            placed[host] = placed.get(host, 0) + 4
+    assert sorted(placed.values()) == [4, 8]
+    assert api.lock_held_during_writes and not any(api.lock_held_during_writes)
+
+
+def test_a_decided_experiment_is_not_polled():
+    api = FakeApi([node("h200-0")])
+    clock = [1_800_000_000.0]
+    body = experiment("a")
+    body["spec"]["tiers"] = {"tensorParallel": [16]}  # no node holds it: planned, skipped, Failed at once
+    api.objects["a"] = body
+    r = reconciler(api, clock)
+    assert asyncio.run(r.reconcile("a", "ns")) is None
+    assert api.objects["a"]["status"]["phase"] == "Failed"
+
+
+def test_sleep_without_deadline_returns_on_wake():
+    async def run() -> bool:
+        wake = asyncio.Event()
+        task = asyncio.create_task(_sleep(wake, False, math.inf))
+        await asyncio.sleep(0.05)
+        assert not task.done()
+        wake.set()
+        await asyncio.wait_for(task, 2.0)
+        return True
+
+    assert asyncio.run(run())
