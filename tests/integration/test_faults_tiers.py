@@ -336,9 +336,10 @@ def test_prometheus_unreachable_is_retried_with_backoff_and_named(batch: Batch) 
     assert METRICS_DEADLINE - 2 <= since_end <= METRICS_DEADLINE + 35, since_end
     decision = status["decision"]
     assert "memory-headroom" in (decision.get("unevaluatedRules") or []), decision
-    assert "not evaluated" in decision["reason"], decision["reason"]
+    assert "M1=n/a" in decision["reason"], decision["reason"]  # no figure is made up
     final = condition(status, "MetricsAvailable")
-    assert final["status"] == "False" and "DCGM_FI_DEV_FB_USED" in final["message"], final
+    assert final["status"] == "False" and final["reason"] == "PrometheusUnreachable", final
+    assert "DCGM_FI_DEV_FB_USED" in final["message"] and "not evaluated" in final["message"], final
     _nothing_left(batch, case)
     _log(case, retries=len(stamps), gaps_seconds=[round(g, 1) for g in gaps], seconds_after_load_test=round(since_end, 1))
 

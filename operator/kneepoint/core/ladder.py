@@ -715,7 +715,18 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
         comm_fraction=round(ok_window.comm_fraction, 4) if ok_window and ok_window.comm_fraction is not None else None,
         missing_metrics=missing or None,
     )
-    if missing:
+    if missing and ok_window is None:
+        # Prometheus never answered: say so, not "no series" (the series may well exist).
+        why = (window.error if window else None) or "Prometheus was not queried"
+        p.condition(
+            reasons.METRICS_AVAILABLE,
+            "False",
+            reasons.PROMETHEUS_UNREACHABLE,
+            f"{tier.label}: Prometheus could not be queried until the deadline ({why}); no values for "
+            f"{', '.join(missing)}; rules that need them are not evaluated."[:1000],
+        )
+        p.event(reasons.PROMETHEUS_UNREACHABLE, f"{tier.label}: Prometheus unreachable ({why}); no values for {', '.join(missing)}"[:1000], warning=True)
+    elif missing:
         p.condition(
             reasons.METRICS_AVAILABLE,
             "False",

@@ -232,6 +232,10 @@ def test_prometheus_unreachable_is_retried_then_rules_are_not_evaluated():
     d.step(metrics=MetricWindow(error="ConnectionError: refused"))
     tp1 = d.tier("tp1-pp1")
     assert tp1.phase == "Measured" and "vllm:kv_cache_usage_perc" in tp1.missing_metrics
+    # The final condition says Prometheus was unreachable, not that it had no series.
+    cond = get_condition(d.status.conditions, reasons.METRICS_AVAILABLE)
+    assert cond.reason == reasons.PROMETHEUS_UNREACHABLE and "ConnectionError: refused" in cond.message
+    assert "vllm:kv_cache_usage_perc" in cond.message and "not evaluated" in cond.message
     assert d.status.phase == "Decided"
     # Without measured memory the memory rule could not be evaluated, and the decision says so.
     assert d.status.decision.rule == "only-tier"
