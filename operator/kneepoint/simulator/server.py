@@ -567,10 +567,16 @@ async def serve_forever(settings: SimulatorSettings) -> None:
     if settings.dcgm_port:
         log.info("DCGM-style metrics on http://%s:%d/metrics", settings.host, settings.dcgm_port)
     if settings.model_load_seconds > 0:
-        await asyncio.sleep(settings.model_load_seconds)
-    log.info("Model loading took %.2f GiB memory and %.6f seconds", settings.weights_bytes_per_gpu / 1024**3,
-             settings.model_load_seconds)
-    log.info("Application startup complete.")
-    await done.wait()
+        # A signal during the load ends the process at once, as it ends vLLM's: waiting out
+        # the load would keep a deleted pod's engine (and its GPUs) alive that long.
+        try:
+            await asyncio.wait_for(done.wait(), settings.model_load_seconds)
+        except asyncio.TimeoutError:
+            pass
+    if not done.is_set():
+        log.info("Model loading took %.2f GiB memory and %.6f seconds", settings.weights_bytes_per_gpu / 1024**3,
+                 settings.model_load_seconds)
+        log.info("Application startup complete.")
+        await done.wait()
     log.info("Shutting down (pid %d)", os.getpid())
     await stop(engine, runners, task)

@@ -69,3 +69,41 @@ def test_fail_fraction_outside_zero_one_is_refused_naming_the_flag(value: str) -
     result = CliRunner().invoke(command, ["--model", MODEL, "--fail-fraction", value])
     assert result.exit_code == 2
     assert "--fail-fraction: must be in [0, 1]" in result.output
+
+
+def test_sigterm_during_the_model_load_ends_the_process_at_once() -> None:
+    """A pod deleted while its engine loads: the process must not live on until the load is over."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    from test_sim_http import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kneepoint", "sim", "--model", MODEL, "--max-model-len", "2048", "--port", str(port),
+         "--dcgm-port", "0", "--model-load-seconds", "60"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        loading = False
+        while time.monotonic() < deadline and not loading:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            except urllib.error.HTTPError as exc:
+                loading = exc.code == 503
+            except OSError:
+                time.sleep(0.1)
+        assert loading, "the simulator never answered 503 while loading"
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - began < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
