@@ -134,15 +134,19 @@ class Scenario:
     def key(self) -> str:
         return f"{self.model.name}/{self.fleet.name}/{self.workload.name}"
 
-    def spec(self) -> ExperimentSpec:
-        return parse_spec({
+    def spec_dict(self, mode: str = "Measure", load: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The experiment's spec as a user writes it (``load`` overrides fields of the workload)."""
+        return {
             "model": {"uri": self.model.uri, "maxModelLen": self.workload.max_model_len},
-            "mode": "Measure",
+            "mode": mode,
             "tiers": {"tensorParallel": [1, 2, 4, 8]},
-            "load": dict(self.workload.load, seed=1234),
+            "load": dict(self.workload.load, seed=1234, **(load or {})),
             "placement": {"gpuProduct": self.fleet.gpu_product},
             "simulation": {"noiseFraction": 0.02},
-        })
+        }
+
+    def spec(self, mode: str = "Measure", load: dict[str, Any] | None = None) -> ExperimentSpec:
+        return parse_spec(self.spec_dict(mode, load))
 
 
 def scenarios(models: Sequence[str], fleets: Sequence[str], workloads: Sequence[str]) -> list[Scenario]:
@@ -190,14 +194,16 @@ def workload_of(spec: ExperimentSpec) -> Workload:
 class Measurements:
     """Engine starts and load tests, computed once per (scenario, noise stream, tier, stopping rule)."""
 
-    def __init__(self, adaptive_rule: AdaptiveStop) -> None:
+    def __init__(self, adaptive_rule: AdaptiveStop, fixed_seed: int | None = None) -> None:
         self.adaptive_rule = adaptive_rule
+        self.fixed_seed = fixed_seed
+        """Every engine gets this noise seed (as the operator's Simulate mode passes none: seed 0), not one per tier."""
         self._starts: dict[tuple[Any, ...], EngineStart] = {}
         self._tests: dict[tuple[Any, ...], TierMeasurement] = {}
         self.cpu_seconds = 0.0
 
     def engine(self, scenario: Scenario, spec: ExperimentSpec, tier: Tier, interconnect: str, stream: str) -> EngineStart:
-        key = (scenario.key, tier, interconnect)
+        key = (scenario.key, spec.load, tier, interconnect)
         base = self._starts.get(key)
         if base is None:
             arch = architecture_from_spec(spec.model.architecture, None, model_name=spec.model.uri)
@@ -211,11 +217,12 @@ class Measurements:
         if not base.ok:
             return base
         assert base.settings is not None
-        return dataclasses.replace(base, settings=dataclasses.replace(base.settings, seed=seed_for(stream, tier.name)))
+        seed = self.fixed_seed if self.fixed_seed is not None else seed_for(stream, tier.name)
+        return dataclasses.replace(base, settings=dataclasses.replace(base.settings, seed=seed))
 
     def load_test(self, scenario: Scenario, spec: ExperimentSpec, start: EngineStart, stream: str, tier: Tier,
                   adaptive: bool) -> TierMeasurement:
-        key = (scenario.key, stream, tier, adaptive)
+        key = (scenario.key, spec.load, stream, tier, adaptive)
         found = self._tests.get(key)
         if found is None:
             assert start.settings is not None
@@ -339,7 +346,9 @@ class VirtualCluster:
                 metrics = MetricWindow(peak_fb_used_gib=mm.memory_used_gib, peak_kv_cache_usage=mm.peak_kv_cache_usage,
                                        preemptions=mm.preemptions, gpu_utilization=mm.gpu_utilization,
                                        comm_fraction=mm.comm_fraction)
-        return Observations(now=now, generation=1, fleet=self.fleet_view(), engine=engine, load_test=job, metrics=metrics,
+        # The reconciler reads the fleet only in Measure mode (Simulate needs no GPUs).
+        fleet = self.fleet_view() if self.spec.mode == "Measure" else None
+        return Observations(now=now, generation=1, fleet=fleet, engine=engine, load_test=job, metrics=metrics,
                             architecture=self.arch, gpu=self.gpu)
 
     def next_event(self, now: float) -> float | None:
@@ -442,6 +451,7 @@ class RunResult:
     wall_seconds: float
     passes: int
     tiers_measured: int
+    status: ExperimentStatus | None = None
 
     @property
     def gpu_minutes(self) -> float:
@@ -494,9 +504,11 @@ def _unskip(status: ExperimentStatus, now: float) -> ExperimentStatus:
 
 
 def run_ladder(scenario: Scenario, variant: Variant, measurements: Measurements, load_model: LoadModel,
-               seed: int, settings: LadderSettings | None = None, max_passes: int = 10_000) -> RunResult:
-    """Drive reconcile_step against a virtual cluster until the experiment is Decided or Failed."""
-    spec = scenario.spec()
+               seed: int, settings: LadderSettings | None = None, max_passes: int = 10_000,
+               spec: ExperimentSpec | None = None) -> RunResult:
+    """Drive reconcile_step against a virtual cluster until the experiment is Decided or Failed (and return
+    the final status's tiers in ``RunResult.status``)."""
+    spec = spec or scenario.spec()
     if variant.max_attempts is not None:
         spec = dataclasses.replace(spec, load=dataclasses.replace(spec.load, max_attempts=variant.max_attempts))
     ladder_spec = spec if variant.early_stop else dataclasses.replace(spec, stop_rules=NEVER_STOP)
@@ -531,7 +543,7 @@ def run_ladder(scenario: Scenario, variant: Variant, measurements: Measurements,
     decision = outcome.decision
     label = Tier(decision.tensor_parallel, decision.pipeline_parallel).label if decision else None
     measured = sum(1 for t in status.tiers if t.phase == "Measured")
-    return RunResult(variant, label, decision.rule if decision else None, cluster.costs, now - EPOCH, passes, measured)
+    return RunResult(variant, label, decision.rule if decision else None, cluster.costs, now - EPOCH, passes, measured, status)
 
 
 @dataclass(frozen=True)
