@@ -101,6 +101,10 @@ class RequestHandle:
     finished: bool = False
     aborted: bool = False
     output_tokens: int = 0
+    received_at: float | None = None
+    """Loop time the HTTP handler started (the request's headers were in)."""
+    first_write_at: float | None = None
+    """Loop time the first token's bytes were handed to the connection (streaming)."""
     _waiter: asyncio.Future[None] | None = None
     _prefix: bytes = b""
     _suffix: bytes = b""
@@ -200,6 +204,7 @@ class Engine:
         self._fault_rng = random.Random(settings.seed + 2)
         self._wall_offset = time.time() - loop.time()
         self._truth: IO[str] | None = open(settings.truth_log, "a", encoding="utf-8") if settings.truth_log else None
+        self._truth_handles: dict[str, RequestHandle] = {}  # HTTP-side stamps for the truth log
         self._stopping = False
 
     # -- state ---------------------------------------------------------------------------------
@@ -243,6 +248,9 @@ class Engine:
         low, high = NATURAL_LENGTH_RANGE
         return max(1, min(limit, self._length_rng.randint(low, high)))
 
+    def loop_time(self) -> float:
+        return self._loop.time()
+
     def submit(self, handle: RequestHandle, finish_reason: str) -> None:
         if handle.request_id in self.handles:
             # A client reused an X-Request-Id still in flight: the scheduler needs unique ids.
@@ -250,9 +258,12 @@ class Engine:
         handle.prepare(finish_reason)
         self.scheduler.add_request(handle.request_id, handle.prompt_tokens, handle.max_tokens, finish_reason=finish_reason)
         self.handles[handle.request_id] = handle
+        if self._truth is not None:
+            self._truth_handles[handle.request_id] = handle
         self._wake.set()
 
     def abort(self, handle: RequestHandle) -> None:
+        self._truth_handles.pop(handle.request_id, None)
         if self.handles.pop(handle.request_id, None) is not None:
             self.scheduler.abort_request(handle.request_id)
             self.metrics.record_abort()
@@ -295,8 +306,15 @@ class Engine:
             scale = step.duration / st.seconds if st.seconds > 0 else 1.0
             self.telemetry.record(end, step.duration, st.comm_seconds * scale, st.link_bytes_per_gpu,
                                   step.num_tokens, step.work.sampled_seqs)
-            self.metrics.record_step(step, outcome)
             self._deliver(outcome)
+            # Let the woken responses write their tokens before the next step is scheduled:
+            # vLLM's API server streams outputs while the engine core computes the next
+            # step, so a token's delivery does not wait for the next step's bookkeeping.
+            await asyncio.sleep(0)
+            self.metrics.record_step(step, outcome)
+            if self._truth is not None:
+                for req in outcome.finished:
+                    self._write_truth(req)
             if self._truth is not None and end - last_flush > 1.0:
                 self._truth.flush()
                 last_flush = end
@@ -313,9 +331,6 @@ class Engine:
             handle.on_token(last)
             if last:
                 del handles[req.request_id]
-        if self._truth is not None:
-            for req in outcome.finished:
-                self._write_truth(req)
 
     def _write_truth(self, req: SimRequest) -> None:
         w = self._wall_offset
@@ -331,6 +346,15 @@ class Engine:
             "itlMaxSeconds": round(req.itl_max, 6), "promptTokens": req.prompt_tokens, "outputTokens": n,
             "maxTokens": req.max_tokens, "preemptions": req.num_preemptions, "finishReason": req.finish_reason,
         }
+        # The HTTP side: when the handler started and when the first token's bytes went to the
+        # connection. firstWrite - received is the TTFT at the server's socket, which a client
+        # can be held to; ttftSeconds is the modelled engine's.
+        handle = self._truth_handles.pop(req.request_id, None)
+        received = handle.received_at if handle is not None else None
+        written = handle.first_write_at if handle is not None else None
+        record["received"] = None if received is None else round(received + w, 6)
+        record["firstWrite"] = None if written is None else round(written + w, 6)
+        record["socketTtftSeconds"] = None if received is None or written is None else round(written - received, 6)
         self._truth.write(json.dumps(record, separators=(",", ":")) + "\n")
 
 
@@ -436,6 +460,7 @@ class Api:
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         engine = self.engine
+        received = asyncio.get_running_loop().time()
         if not engine.ready:
             return _error(503, "the model is still loading", "ServiceUnavailableError")
         try:
@@ -458,7 +483,7 @@ class Api:
         handle = RequestHandle(request_id=request_id, seed=seed, chat=chat, stream=parsed["stream"],
                                prompt_tokens=parsed["prompt"], max_tokens=max_tokens, created=int(time.time()),
                                model=parsed["model"], include_usage=parsed["include_usage"],
-                               continuous_usage=parsed["continuous_usage"])
+                               continuous_usage=parsed["continuous_usage"], received_at=received)
         if not handle.stream:
             return await self._respond_whole(request, handle, finish_reason)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
@@ -468,6 +493,8 @@ class Api:
             while True:
                 chunks = await handle.next_chunks()
                 if chunks:
+                    if handle.first_write_at is None and handle.output_tokens:
+                        handle.first_write_at = engine.loop_time()
                     await response.write(b"".join(chunks))
                 if handle.finished and not handle.pending:
                     break

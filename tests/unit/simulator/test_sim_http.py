@@ -280,6 +280,25 @@ async def test_truth_log_has_one_line_per_finished_request(tmp_path) -> None:
         assert r["arrival"] <= r["firstScheduled"] <= r["firstToken"] <= r["finish"]
         assert r["ttftSeconds"] == pytest.approx(r["firstToken"] - r["arrival"], abs=1e-5)
         assert r["e2eSeconds"] >= r["ttftSeconds"] > 0
+        # Non-streaming: the handler's start is known, a first streamed write is not.
+        assert r["received"] <= r["arrival"] and r["firstWrite"] is None and r["socketTtftSeconds"] is None
+
+
+async def test_truth_log_stamps_the_first_streamed_write(tmp_path) -> None:
+    path = tmp_path / "truth.jsonl"
+    settings = make_settings("--truth-log", str(path))
+    engine, runners, task = await start(settings)
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{settings.port}") as session:
+            body = {"prompt": [1] * 30, "max_tokens": 4, "stream": True}
+            async with session.post("/v1/completions", json=body) as resp:
+                await resp.read()
+    finally:
+        await stop(engine, runners, task)
+    (r,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert r["received"] <= r["arrival"] <= r["firstToken"] <= r["firstWrite"] <= r["finish"] + 1.0
+    assert r["socketTtftSeconds"] == pytest.approx(r["firstWrite"] - r["received"], abs=1e-5)
+    assert r["socketTtftSeconds"] >= r["ttftSeconds"]
 
 
 async def test_x_request_id_names_the_response_and_the_truth_line(tmp_path) -> None:
