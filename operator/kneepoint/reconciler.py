@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import yaml
 
@@ -121,21 +122,25 @@ class FleetCache:
 class WaitQueue:
     """FIFO of experiments waiting for GPUs, per GPU product (queue position in status)."""
 
-    entries: dict[str, dict[str, str]] = field(default_factory=dict)
-    """product -> {experiment uid: waitingSince}"""
+    entries: dict[str, dict[str, tuple[str, int]]] = field(default_factory=dict)
+    """product -> {experiment uid: (waitingSince, join order)}"""
+    joined: Iterator[int] = field(default_factory=itertools.count)
+    """Join order breaks ties of waitingSince (whole seconds): without it, experiments that
+    started waiting in the same second were ordered by uid, and a later one overtook."""
 
     def position(self, product: str, uid: str, since: str | None) -> int:
+        """Join (if not yet in it) and return the 1-based position."""
         queue = self.entries.setdefault(product, {})
         if uid not in queue:
-            queue[uid] = since or rfc3339(time.time())
-        ordered = sorted(queue.items(), key=lambda kv: (kv[1], kv[0]))
+            queue[uid] = (since or rfc3339(time.time()), next(self.joined))
+        ordered = sorted(queue.items(), key=lambda kv: kv[1])
         return [u for u, _ in ordered].index(uid) + 1
 
     def peek_position(self, product: str, uid: str) -> int | None:
         """Position if ``uid`` were to join now (others already waiting go first)."""
         queue = self.entries.get(product, {})
         if uid in queue:
-            ordered = sorted(queue.items(), key=lambda kv: (kv[1], kv[0]))
+            ordered = sorted(queue.items(), key=lambda kv: kv[1])
             return [u for u, _ in ordered].index(uid) + 1
         return len(queue) + 1 if queue else None
 
@@ -276,6 +281,10 @@ class Reconciler:
             new_status = await self._apply(action, spec, owner, new_status, obs, fleet_ctx)
         if not any(t.phase == TIER_WAITING for t in new_status.tiers):
             self.queue.leave(uid)
+        elif fleet_ctx.get("queue_product"):
+            # Join in the pass that starts the wait, not the next one: in between, others
+            # would peek an empty queue and overtake.
+            self.queue.position(fleet_ctx["queue_product"], uid, new_status.waiting_since)
         new_json = new_status.to_dict()
         patch = merge_patch(old_json, new_json)
         if patch:
