@@ -108,19 +108,38 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def pinned(core: int):
-    """preexec_fn: pin the child (and so all its descendants) to one core."""
+def pinned(core: int, nice: int = 0, realtime: bool = False):
+    """preexec_fn: pin the child (and so all its descendants) to one core, at a niceness.
+
+    The child runs in a session of its own. With the kernel's autogroup scheduling
+    (``/proc/sys/kernel/sched_autogroup_enabled``), CPU is shared between sessions first,
+    and a process's own nice value only counts inside its session, so the niceness is also
+    given to the session's group (``/proc/self/autogroup``). ``realtime`` runs the child under
+    SCHED_FIFO (priority 1, root only; the kernel still keeps 5 % of each second for others):
+    on a crowded machine, the only way to wake on time rather than after other tasks' slices.
+    """
     def pin() -> None:
         os.sched_setaffinity(0, {core})
+        if realtime:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        if nice:
+            os.nice(nice)
+            try:
+                with open("/proc/self/autogroup", "w") as group:
+                    group.write(str(nice))
+            except OSError:
+                pass
     return pin
 
 
-def start_simulator(scenario: Scenario, port: int, truth: str, core: int, log: str) -> subprocess.Popen:
+def start_simulator(scenario: Scenario, port: int, truth: str, core: int, log: str, nice: int,
+                    realtime: bool) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "kneepoint", "sim", "--model", scenario.model, "--architecture", scenario.architecture,
            "--tensor-parallel-size", str(scenario.tensor_parallel), "--gpu", "h200", "--port", str(port),
            "--dcgm-port", "0", "--model-load-seconds", "0", "--truth-log", truth]
     with open(log, "w") as out:
-        server = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pinned(core), cwd=ROOT)
+        server = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pinned(core, nice, realtime), cwd=ROOT,
+                                  start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -190,19 +209,21 @@ def run_once(scenario: Scenario, concurrency: int, repeat: int, client: str, arg
     port = free_port()
     truth_path = os.path.join(run_dir, "truth.jsonl")
     load_before = os.getloadavg()[0]
-    server = start_simulator(scenario, port, truth_path, args.server_core, os.path.join(run_dir, "sim.log"))
+    server = start_simulator(scenario, port, truth_path, args.server_core, os.path.join(run_dir, "sim.log"), args.nice,
+                             args.realtime)
     work = Workload(endpoint=f"http://127.0.0.1:{port}", model=scenario.model, concurrency=concurrency,
                     num_requests=scenario.num_requests(concurrency), input_len=scenario.input_len,
                     output_len=scenario.output_len)
     cmd = client_command(client, work, run_dir, args)
     env = dict(os.environ, HF_HUB_DISABLE_TELEMETRY="1", DO_NOT_TRACK="1")
     row = {"scenario": scenario.name, "concurrency": concurrency, "repeat": repeat, "client": client,
-           "numRequests": work.num_requests, "command": cmd, "loadAverageBefore": load_before}
+           "numRequests": work.num_requests, "command": cmd, "loadAverageBefore": load_before, "nice": args.nice,
+           "realtime": args.realtime}
     try:
         server_cpu = ProcessTreeCpu(server.pid).start()
         lag_before = engine_lag_seconds(port)
         with open(os.path.join(run_dir, "client.log"), "w") as log:
-            process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pinned(args.client_core),
+            process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pinned(args.client_core, args.nice, args.realtime),
                                        start_new_session=True, cwd=run_dir, env=env)
         client_cpu = ProcessTreeCpu(process.pid).start()
         try:
@@ -210,6 +231,9 @@ def run_once(scenario: Scenario, concurrency: int, repeat: int, client: str, arg
         except subprocess.TimeoutExpired:
             kill_session(process)
             code = -9
+        except BaseException:  # interrupted: take the client's whole session down with us
+            kill_session(process)
+            raise
         client_cpu.stop()
         lag = engine_lag_seconds(port) - lag_before
         server_cpu.stop()
@@ -277,6 +301,11 @@ def aggregate(rows: list[dict]) -> dict[tuple[str, int, str], dict]:
             "errP50Range": (min(t["abs_error_p50_ms"] for t in ttft), max(t["abs_error_p50_ms"] for t in ttft)) if ttft else None,
             "errP99": _mean([t["abs_error_p99_ms"] for t in ttft]) if ttft else float("nan"),
             "signedP50": _mean([t["signed_error_p50_ms"] for t in ttft]) if ttft else float("nan"),
+            "sockP50": _mean([t.get("socket_abs_error_p50_ms", float("nan")) for t in ttft]) if ttft else float("nan"),
+            "sockP99": _mean([t.get("socket_abs_error_p99_ms", float("nan")) for t in ttft]) if ttft else float("nan"),
+            "sockSigned": _mean([t.get("socket_signed_error_p50_ms", float("nan")) for t in ttft]) if ttft else float("nan"),
+            "wayIn": _mean([t.get("way_in_p50_ms", float("nan")) for t in ttft]) if ttft else float("nan"),
+            "wayOut": _mean([t.get("way_out_p50_ms", float("nan")) for t in ttft]) if ttft else float("nan"),
             "injectedP50": _mean([t["injected_ttft_p50_ms"] for t in ttft]) if ttft else float("nan"),
             "prompt": _mean([t["served_prompt_tokens_p50"] for t in ttft]) if ttft else float("nan"),
             "joined": sum(t["joined"] for t in ttft), "unmatched": sum(t["unmatched"] for t in ttft),
@@ -285,37 +314,71 @@ def aggregate(rows: list[dict]) -> dict[tuple[str, int, str], dict]:
     return out
 
 
+CLIENT_ORDER = ("loadgen", *PEERS, "floor")
+
+
 def render(rows: list[dict]) -> str:
+    """Markdown: per scenario, the main table, the TTFT detail and the ratios to the best peer."""
     agg = aggregate(rows)
     lines = []
-    for scenario in sorted({k[0] for k in agg}, key=lambda s: list(SCENARIOS).index(s) if s in SCENARIOS else 99):
-        for concurrency in sorted({k[1] for k in agg if k[0] == scenario}):
-            entries = {k[2]: v for k, v in agg.items() if k[0] == scenario and k[1] == concurrency}
-            lines.append(f"\n## {scenario}, concurrency {concurrency}")
-            lines.append("| client | runs | req/s | out tok/s (spread) | reported tok/s | client cores | tok/s per client core "
-                         "| server cores | TTFT abs err P50 ms (range) | P99 ms | signed P50 ms | injected TTFT P50 ms "
-                         "| prompt tok served | failed | load avg |")
-            lines.append("|" + "---|" * 15)
-            for client in ("loadgen", *PEERS, "floor"):
-                e = entries.get(client)
-                if e is None:
-                    continue
-                rng = e["errP50Range"]
-                err = f"{e['errP50']:.2f} ({rng[0]:.2f}-{rng[1]:.2f})" if rng else "n/a"
-                lines.append(f"| {client} | {e['runs']} | {e['rps']:,.1f} | {e['tps']:,.0f} ({e['tpsSpread']:.0%}) "
-                             f"| {e['reportedTps']:,.0f} | {e['cores']:.2f} | {e['perCore']:,.0f} | {e['serverCores']:.2f} "
-                             f"| {err} | {e['errP99']:.2f} | {e['signedP50']:+.2f} | {e['injectedP50']:.1f} | {e['prompt']:.0f} "
-                             f"| {e['failed']} | {e['load']:.1f} |")
-            peers = [entries[p] for p in PEERS if p in entries]
-            mine = entries.get("loadgen")
-            if mine and peers:
-                best_tps = max(p["tps"] for p in peers)
-                best_core = max(p["perCore"] for p in peers)
-                best_err = min(p["errP50"] for p in peers)
-                lines.append(f"\nloadgen / best peer: tok/s {mine['tps'] / best_tps:.2f}x, tok/s per client core "
-                             f"{mine['perCore'] / best_core:.2f}x, median TTFT error {mine['errP50']:.2f} ms vs "
-                             f"{best_err:.2f} ms")
+    scenarios = sorted({k[0] for k in agg}, key=lambda s: list(SCENARIOS).index(s) if s in SCENARIOS else 99)
+    for scenario in scenarios:
+        points = sorted({k[1] for k in agg if k[0] == scenario})
+        cells = [(c, client, agg[(scenario, c, client)]) for c in points for client in CLIENT_ORDER
+                 if (scenario, c, client) in agg]
+        lines += [f"\n### {scenario}: throughput, client CPU, median TTFT error\n",
+                  "| conc. | client | runs | req/s | output tok/s (spread) | client cores | tok/s per client core "
+                  "| TTFT abs. error P50 ms (range) | server cores | engine lag s | load avg |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for c, client, e in cells:
+            rng = e["errP50Range"]
+            err = f"{e['errP50']:.2f} ({rng[0]:.2f}-{rng[1]:.2f})" if rng else "n/a"
+            lines.append(f"| {c} | {client} | {e['runs']} | {e['rps']:,.1f} | {e['tps']:,.0f} ({e['tpsSpread']:.0%}) "
+                         f"| {e['cores']:.2f} | {e['perCore']:,.0f} | {err} | {e['serverCores']:.2f} | {e['lag']:.2f} "
+                         f"| {e['load']:.1f} |")
+        lines += [f"\n### {scenario}: TTFT against the simulator's truth\n",
+                  "| conc. | client | vs injected: abs. P50 ms | abs. P99 ms | signed P50 ms "
+                  "| vs socket: abs. P50 ms | abs. P99 ms | signed P50 ms | way in P50 ms | way out P50 ms "
+                  "| injected TTFT P50 ms | prompt tokens served P50 | joined (unmatched) | failed | reported tok/s |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for c, client, e in cells:
+            reported = f"{e['reportedTps']:,.0f}" if e["reportedTps"] == e["reportedTps"] else "-"
+            lines.append(f"| {c} | {client} | {e['errP50']:.2f} | {e['errP99']:.2f} | {e['signedP50']:+.2f} "
+                         f"| {e['sockP50']:.2f} | {e['sockP99']:.2f} | {e['sockSigned']:+.2f} "
+                         f"| {e['wayIn']:.2f} | {e['wayOut']:.2f} | {e['injectedP50']:.1f} | {e['prompt']:.0f} "
+                         f"| {e['joined']} ({e['unmatched']}) | {e['failed']} | {reported} |")
+        lines += [f"\n### {scenario}: kneepoint loadgen against the best peer\n",
+                  "| conc. | tok/s: loadgen / best peer | tok/s per client core: loadgen / best peer "
+                  "| TTFT error vs injected, P50 ms: loadgen, best peer, floor "
+                  "| vs socket, P50 ms: loadgen, best peer, floor |",
+                  "|---:|---:|---:|---|---|"]
+        for c in points:
+            mine = agg.get((scenario, c, "loadgen"))
+            peers = [agg[(scenario, c, p)] for p in PEERS if (scenario, c, p) in agg]
+            if not mine or not peers:
+                continue
+            floor = agg.get((scenario, c, "floor"))
+            best_tps = max(p["tps"] for p in peers)
+            best_core = max(p["perCore"] for p in peers)
+            best_err = min(p["errP50"] for p in peers)
+            floor_err = f"{floor['errP50']:.2f}" if floor else "n/a"
+            floor_sock = f"{floor['sockP50']:.2f}" if floor else "n/a"
+            best_sock = min(p["sockP50"] for p in peers)
+            lines.append(f"| {c} | {mine['tps'] / best_tps:.2f}x | {mine['perCore'] / best_core:.2f}x "
+                         f"| {mine['errP50']:.2f}, {best_err:.2f}, {floor_err} "
+                         f"| {mine['sockP50']:.2f}, {best_sock:.2f}, {floor_sock} |")
     return "\n".join(lines)
+
+
+def rejoin(rows: list[dict], out: str) -> None:
+    """Join the TTFTs again from the runs' exports (so the report follows ttft_truth_join.py)."""
+    for row in rows:
+        run_dir = os.path.join(out, row["scenario"], f"c{row['concurrency']}", f"r{row['repeat']}", row["client"])
+        if "outputTokensPerSecond" not in row or not os.path.isfile(os.path.join(run_dir, "truth.jsonl")):
+            continue
+        joined = join(read_client(row["client"], run_dir), read_truth(os.path.join(run_dir, "truth.jsonl")))
+        if joined is not None:
+            row["ttft"] = asdict(joined)
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,14 +404,24 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="directory for exports and results.jsonl (default: a new one in /tmp)")
     parser.add_argument("--quiet-load", type=float, default=4.0, help="wait for a 1-minute load average under this")
     parser.add_argument("--quiet-wait", type=float, default=90.0, help="but at most this many seconds per run")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="niceness of the simulator and the client (negative needs root): on a shared machine, "
+                             "less run-queue delay in the timestamps")
+    parser.add_argument("--realtime", action="store_true",
+                        help="run the simulator and the client under SCHED_FIFO (root; only for scenarios that leave "
+                             "the cores mostly idle)")
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
     parser.add_argument("--report", default=None, metavar="RESULTS_JSONL", help="only print the tables of a finished run")
     args = parser.parse_args()
     if args.report:
         with open(args.report, encoding="utf-8") as handle:
-            print(render([json.loads(line) for line in handle]))
+            rows = [json.loads(line) for line in handle]
+        rejoin(rows, os.path.dirname(os.path.abspath(args.report)))
+        print(render(rows))
         return 0
+    # SIGTERM unwinds like Ctrl-C, so the running client and simulator are stopped too.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     args.out = args.out or f"/tmp/kneepoint-bench-{time.strftime('%Y%m%d-%H%M%S')}"
     os.makedirs(args.out, exist_ok=True)
     # The driver only polls; it shares the simulator's core so the client's core stays the client's.
@@ -366,6 +439,13 @@ def main() -> int:
     if any(c in PEERS for c in clients):
         ensure_tokenizer(args)
     versions = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+    peer_python = os.path.join(args.peers_venv, "bin", "python")
+    for peer in [c for c in clients if c in PEERS]:
+        probe = subprocess.run([peer_python, "-c", f"import importlib.metadata as m; print(m.version({peer!r}))"],
+                               capture_output=True, text=True)
+        versions[peer] = probe.stdout.strip() or "?"
+    with open(os.path.join(args.out, "versions.json"), "w", encoding="utf-8") as handle:
+        json.dump(versions, handle)
     print(f"results: {args.out}/results.jsonl; server core {args.server_core}, client core {args.client_core}; "
           f"{versions}", flush=True)
     results = os.path.join(args.out, "results.jsonl")

@@ -1,14 +1,15 @@
 """The floor: a closed-loop client that does almost nothing but read bytes, for kneepoint sim only.
 
 It shows how much of a client's TTFT error comes from the machine and the server rather
-than from the client. Each stream is one asyncio connection with hand-written HTTP/1.1
-keep-alive chat requests (the same body the simulator counts as the prompt, an
-``X-Request-Id`` header so the simulator's truth log names the request); it takes the time
-of the first read holding a token chunk (``{"content":"`` opens only the simulator's token
-deltas; the role chunk starts with ``"role"``) and counts token chunks until ``[DONE]`` and
-the end of the chunked body. No SSE or JSON parsing, no statistics in the loop: whatever
-TTFT error this client shows, the machine and the simulator's HTTP path put there, and no
-Python client on the same machine can do better.
+than from the client. Each stream is one asyncio.Protocol connection with hand-written
+HTTP/1.1 keep-alive chat requests (the same words the load generator sends, an
+``X-Request-Id`` header so the simulator's truth log names the request). Everything happens
+in ``data_received``, with no coroutine in between: it takes the time of the first bytes
+holding a token chunk (``{"content":"`` opens only the simulator's token deltas; the role
+chunk starts with ``"role"``), counts token chunks until ``[DONE]`` and the end of the
+chunked body, and writes the next request from there. No SSE or JSON parsing, no statistics
+in the loop: whatever TTFT error this client shows, the machine and the simulator's HTTP
+path put there, and no Python client on the same machine can do much better.
 
     python benchmarks/raw_socket_client.py --port P --model M --concurrency C --num-requests N
         --input-len I --output-len O --warmup W --out records.json
@@ -40,44 +41,61 @@ def body(model: str, input_len: int, output_len: int, index: int) -> bytes:
                        "stream_options": {"include_usage": True}}, separators=(",", ":")).encode()
 
 
-async def stream(port: int, requests: list[tuple[str, bytes]], counter: list[int], records: list[dict],
-                 base: tuple[float, float]) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    wall0, perf0 = base
-    try:
-        while counter[0] < len(requests):
-            rid, payload = requests[counter[0]]
-            counter[0] += 1
-            head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                    f"X-Request-Id: {rid}\r\nContent-Length: {len(payload)}\r\n\r\n").encode()
-            start = time.perf_counter()
-            writer.write(head + payload)
-            first = None
-            tokens = 0
-            tail = b""
-            while True:
-                data = await reader.read(262144)
-                now = time.perf_counter()
-                if not data:
-                    return
-                hits = data.count(TOKEN_MARK)
-                if hits and first is None:
-                    first = now
-                tokens += hits
-                tail = (tail + data)[-len(END_MARK):]
-                if tail == END_MARK:
-                    break
-            if rid.startswith("m-"):
-                records.append({"id": f"chatcmpl-{rid}", "start": wall0 + start - perf0, "end": wall0 + now - perf0,
-                                "ttftMs": None if first is None else (first - start) * 1000.0, "outputTokens": tokens})
-    finally:
-        writer.close()
+class FloorStream(asyncio.Protocol):
+    """One connection: sends the next request as soon as the last one's body has ended."""
+
+    def __init__(self, requests: list[tuple[str, bytes]], counter: list[int], records: list[dict],
+                 base: tuple[float, float], done: asyncio.Future[None]) -> None:
+        self.requests, self.counter, self.records, self.base, self.done = requests, counter, records, base, done
+        self.transport: asyncio.Transport | None = None
+        self.rid, self.start, self.first, self.tokens, self.tail = "", 0.0, None, 0, b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.send_next()
+
+    def send_next(self) -> None:
+        assert self.transport is not None
+        if self.counter[0] >= len(self.requests):
+            self.transport.close()
+            return
+        self.rid, payload = self.requests[self.counter[0]]
+        self.counter[0] += 1
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"X-Request-Id: {self.rid}\r\nContent-Length: {len(payload)}\r\n\r\n").encode()
+        self.first, self.tokens, self.tail = None, 0, b""
+        self.start = time.perf_counter()
+        self.transport.write(head + payload)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        hits = data.count(TOKEN_MARK)
+        if hits and self.first is None:
+            self.first = now
+        self.tokens += hits
+        self.tail = (self.tail + data)[-len(END_MARK):]
+        if self.tail != END_MARK:
+            return
+        if self.rid.startswith("m-"):
+            wall0, perf0 = self.base
+            self.records.append({"id": f"chatcmpl-{self.rid}", "start": wall0 + self.start - perf0,
+                                 "end": wall0 + now - perf0, "outputTokens": self.tokens,
+                                 "ttftMs": None if self.first is None else (self.first - self.start) * 1000.0})
+        self.send_next()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
 
 
 async def phase(port: int, concurrency: int, requests: list[tuple[str, bytes]], records: list[dict]) -> None:
+    loop = asyncio.get_running_loop()
     counter = [0]
     base = (time.time(), time.perf_counter())
-    await asyncio.gather(*(stream(port, requests, counter, records, base) for _ in range(concurrency)))
+    done = [loop.create_future() for _ in range(concurrency)]
+    for future in done:
+        await loop.create_connection(lambda f=future: FloorStream(requests, counter, records, base, f), "127.0.0.1", port)
+    await asyncio.gather(*done)
 
 
 def main() -> int:
