@@ -283,8 +283,9 @@ class Reconciler:
             self.queue.leave(uid)
         elif fleet_ctx.get("queue_product"):
             # Join in the pass that starts the wait, not the next one: in between, others
-            # would peek an empty queue and overtake.
-            self.queue.position(fleet_ctx["queue_product"], uid, new_status.waiting_since)
+            # would peek an empty queue and overtake. Status shows the place at once too.
+            position = self.queue.position(fleet_ctx["queue_product"], uid, new_status.waiting_since)
+            new_status = dataclasses.replace(new_status, queue_position=position)
         new_json = new_status.to_dict()
         patch = merge_patch(old_json, new_json)
         if patch:

@@ -139,6 +139,27 @@ def test_experiments_queue_in_the_order_they_started_waiting_and_nobody_overtake
     assert [api.objects[n]["status"].get("queuePosition") for n in names[1:]] == [1, 2, 3, 4, 5]
 
 
+def test_a_tier_shows_its_queue_position_from_the_pass_that_starts_its_wait() -> None:
+    # The sandbox test of two experiments on one node saw Waiting without queuePosition
+    # for one poll interval: the place was only written on the next pass.
+    api = FakeApi([node("h200-0")], [gpu_pod("blocker", "h200-0", 8)])
+    names = ["first", "second"]
+    for i, name in enumerate(names):
+        api.objects[name] = experiment(name)
+        api.objects[name]["metadata"]["uid"] = f"uid-{i}"
+    r = Reconciler(api, api, OperatorSettings(), clock=lambda: NOW)  # type: ignore[arg-type]
+
+    async def pass_all() -> None:
+        for name in names:
+            await r.reconcile(name, "ns")
+
+    asyncio.run(pass_all())
+    for position, name in enumerate(names, start=1):
+        status = api.objects[name]["status"]
+        assert status["tiers"][0]["phase"] == "Waiting"
+        assert status["queuePosition"] == position and status["waitingFor"]
+
+
 def test_a_waiting_tier_adopts_its_own_engine_instead_of_waiting_for_its_gpus() -> None:
     api = FakeApi([node("h200-0")], [gpu_pod("blocker", "h200-0", 8)])
     api.objects["x"] = experiment("x")
