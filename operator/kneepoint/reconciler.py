@@ -414,6 +414,10 @@ class Reconciler:
             gpu = find_gpu_type(product)
         elif spec.mode == "Simulate":
             gpu = None
+        if planning and fleet is not None and not fleet.domains and arch_error is None:
+            # No node can ever hold this experiment: fail the plan naming the field to fix,
+            # instead of skipping every tier for want of GPUs.
+            arch_error = pod_status.placement_problem(nodes, spec.placement.gpu_resource, product, spec.placement.node_selector)
         if planning and gpu is None and arch_error is None:
             arch_error = (
                 f"spec.placement.gpuProduct {product!r} is not in the GPU catalogue"

@@ -381,7 +381,7 @@ def _plan(p: _Pass, spec_hash: str) -> None:
             result = replace(
                 base,
                 phase=TIER_SKIPPED,
-                reason=f"needs {tier.gpus} GPUs on one node; the largest matching node has {max_node_gpus}",
+                reason=f"spec.tiers.tensorParallel {tier.tensor_parallel} needs {tier.gpus} GPUs on one node; the largest matching node has {max_node_gpus}",
                 finished_at=p.now,
             )
         elif (

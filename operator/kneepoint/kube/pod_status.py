@@ -185,6 +185,37 @@ def _gpu_quantity(value: Any) -> int:
         return 0
 
 
+def placement_problem(
+    nodes: Iterable[Mapping[str, Any]], gpu_resource: str, gpu_product: str | None, node_selector: Mapping[str, str]
+) -> str | None:
+    """Why no node can ever hold the experiment's engines, naming the spec field; None when one can.
+
+    Checked in the order a user would fix it: the GPU resource, the node selector, the product.
+    """
+    ready = [
+        n for n in nodes
+        if not _get(n, "spec", "unschedulable")
+        and any(c.get("type") == "Ready" and c.get("status") == "True" for c in _get(n, "status", "conditions", default=[]))
+    ]
+    with_resource = [n for n in ready if _gpu_quantity(_get(n, "status", "allocatable", default={}).get(gpu_resource)) > 0]
+    if not with_resource:
+        offered = sorted({k for n in ready for k, v in _get(n, "status", "allocatable", default={}).items() if "/" in k and _gpu_quantity(v) > 0})
+        return f"spec.placement.gpuResource: no Ready node offers {gpu_resource}" + (
+            f" (extended resources on the nodes: {', '.join(offered)})" if offered else ""
+        )
+    selected = [n for n in with_resource if all(_get(n, "metadata", "labels", default={}).get(k) == v for k, v in node_selector.items())]
+    if not selected:
+        wanted = ", ".join(f"{k}={v}" for k, v in sorted(node_selector.items()))
+        return f"spec.placement.nodeSelector: {wanted} matches none of the {len(with_resource)} node(s) offering {gpu_resource}"
+    if gpu_product:
+        labels = [_get(n, "metadata", "labels", default={}) for n in selected]
+        products = sorted({lb.get(naming.NODE_GPU_PRODUCT) or lb.get(naming.NODE_PROBE_GPU_PRODUCT) or "" for lb in labels} - {""})
+        if gpu_product not in products:
+            return (f"spec.placement.gpuProduct: no node offering {gpu_resource} is labelled {gpu_product} "
+                    f"(products in the fleet: {', '.join(products) or 'none labelled'})")  # fmt: skip
+    return None
+
+
 def fleet_view(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],

@@ -263,6 +263,7 @@ def test_tiers_larger_than_any_node_are_skipped_at_plan_time():
     d.step()
     tp8 = d.tier("tp8-pp1")
     assert tp8.phase == "Skipped" and "largest matching node has 4" in tp8.reason
+    assert tp8.reason.startswith("spec.tiers.tensorParallel 8 needs 8 GPUs")  # names the field to change
     assert d.tier("tp2-pp1").phase == "Pending"  # PCIe fleet: TP stays inside the node
 
 

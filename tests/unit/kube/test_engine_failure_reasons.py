@@ -56,3 +56,48 @@ def test_crash_loop_message_is_the_engines_last_words() -> None:
     state = pod_status.engine_state({"metadata": {}}, [pod])
     assert state.start_failure == START_CRASH_LOOP and state.restarts == 3
     assert state.failure_message == words
+
+
+# --- placement no node can ever satisfy: the plan fails naming the field -------------------
+
+
+def _node(name: str, product: str = "NVIDIA-H200", resources: dict[str, str] | None = None, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product, **labels}},
+        "spec": {},
+        "status": {"allocatable": resources or {"nvidia.com/gpu": "8", "cpu": "192"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+FLEET = [_node("h200-0"), _node("h200-1", zone="b"), _node("l40s-0", "NVIDIA-L40S", {"nvidia.com/gpu": "4"})]
+
+
+def test_placement_that_fits_a_node_is_no_problem() -> None:
+    assert pod_status.placement_problem(FLEET, "nvidia.com/gpu", "NVIDIA-H200", {}) is None
+    assert pod_status.placement_problem(FLEET, "nvidia.com/gpu", None, {"zone": "b"}) is None
+
+
+def test_gpu_resource_no_node_offers_names_the_field_and_what_nodes_offer() -> None:
+    message = pod_status.placement_problem(FLEET, "example.com/gpu", "NVIDIA-H200", {})
+    assert message == "spec.placement.gpuResource: no Ready node offers example.com/gpu (extended resources on the nodes: nvidia.com/gpu)"
+
+
+def test_node_selector_matching_nothing_names_the_field() -> None:
+    message = pod_status.placement_problem(FLEET, "nvidia.com/gpu", "NVIDIA-H200", {"zone": "z"})
+    assert message and message.startswith("spec.placement.nodeSelector: zone=z matches none of the 3 node(s)")
+
+
+def test_gpu_product_not_in_the_fleet_names_the_field_and_the_products_there() -> None:
+    message = pod_status.placement_problem(FLEET, "nvidia.com/gpu", "NVIDIA-A100-SXM4-80GB", {})
+    assert message == (
+        "spec.placement.gpuProduct: no node offering nvidia.com/gpu is labelled NVIDIA-A100-SXM4-80GB "
+        "(products in the fleet: NVIDIA-H200, NVIDIA-L40S)"
+    )
+
+
+def test_not_ready_and_cordoned_nodes_do_not_count() -> None:
+    down = _node("h200-9")
+    down["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    cordoned = _node("h200-8")
+    cordoned["spec"]["unschedulable"] = True
+    assert pod_status.placement_problem([down, cordoned], "nvidia.com/gpu", None, {}) == "spec.placement.gpuResource: no Ready node offers nvidia.com/gpu"
