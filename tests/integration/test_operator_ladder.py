@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import pytest
 import yaml
+from conftest import SESSION_PREFIX
 from experiment_api import ChildPoller, Experiments, condition, example_spec, experiment, tier
 
 # Loads small enough for seconds per tier, long enough (several seconds of load test) that
@@ -40,6 +43,38 @@ CONDITIONS = ("Accepted", "Planned", "Profiling", "Decided", "Failed")
 def exps(sandbox: Any, operator: Any) -> Iterator[Experiments]:
     with sandbox.api_client() as api:
         yield Experiments(api)
+
+
+@dataclass
+class Started:
+    """Experiments started together in one namespace; each test waits for its own."""
+
+    namespace: str
+    exps: Experiments
+    poller: ChildPoller
+    specs: dict[str, dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def large_and_pcie(sandbox: Any, operator: Any) -> Iterator[Started]:
+    """(b) and (c) run side by side: they need different GPUs (H200, L40S), so neither waits."""
+    namespace = f"{SESSION_PREFIX}-{uuid.uuid4().hex[:8]}"
+    sandbox.kubectl("create", "namespace", namespace)
+    specs = {
+        "llama-70b": example_spec("large-model.yaml", load=SMALL_70B_LOAD),
+        "qwen-14b-l40s": example_spec("pcie-fleet.yaml", load=SMALL_PCIE_LOAD),
+    }
+    with sandbox.api_client() as api:
+        exps = Experiments(api)
+        exps.core.create_namespaced_secret(namespace, {"metadata": {"name": "hf-token"}, "stringData": {"token": "not-a-real-token"}})
+        try:
+            with ChildPoller(exps, [(namespace, n) for n in specs]) as poller:
+                for name, spec in specs.items():
+                    exps.create(experiment(name, namespace, spec))
+                yield Started(namespace, exps, poller, specs)
+        finally:
+            sandbox.kubectl("delete", "parallelismexperiments.kneepoint.io", "--all", "-n", namespace, "--timeout=30s", check=False)
+            sandbox.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def _epoch(stamp: str) -> float:
@@ -206,17 +241,13 @@ def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Experime
     assert exps.child_names(namespace, name) == {"configmaps": [status["recommendation"]["configMapName"]]}
 
 
-def test_70b_on_h200_skips_tp1_by_estimate_and_stops_by_a_step_rule(exps: Experiments, namespace: str) -> None:
+def test_70b_on_h200_skips_tp1_by_estimate_and_stops_by_a_step_rule(large_and_pcie: Started) -> None:
     name = "llama-70b"
-    spec = example_spec("large-model.yaml", load=SMALL_70B_LOAD)
-    assert spec["engine"]["gpuMemoryUtilization"] == 0.90
-    exps.core.create_namespaced_secret(namespace, {"metadata": {"name": "hf-token"}, "stringData": {"token": "not-a-real-token"}})
-    with ChildPoller(exps, [(namespace, name)]) as poller:
-        exps.create(experiment(name, namespace, spec))
-        planned = exps.wait(namespace, name, lambda s: s.get("tiers"), 30, "the plan")
-        exps.wait_finished(namespace, name, 240)
+    namespace, exps, poller = large_and_pcie.namespace, large_and_pcie.exps, large_and_pcie.poller
+    assert large_and_pcie.specs[name]["engine"]["gpuMemoryUtilization"] == 0.90
+    exps.wait_finished(namespace, name, 300)
     # TP=1 never deployed: the estimate (weights 131.4 GiB > 0.90 x 139.8 GiB) skipped it at plan time.
-    tp1 = tier(planned, "tp1-pp1")
+    tp1 = tier(exps.status(namespace, name), "tp1-pp1")
     assert tp1["phase"] == "Skipped" and tp1["doesNotFit"] is True
     assert "does not fit (estimate)" in tp1["reason"] and "0.90 x 139.8 GiB" in tp1["reason"]
     assert "tp1-pp1" not in poller.tiers_deployed(namespace, name)
@@ -243,12 +274,11 @@ def test_70b_on_h200_skips_tp1_by_estimate_and_stops_by_a_step_rule(exps: Experi
     assert Counter(exps.reasons(namespace, name))["TierMeasured"] == len(measured)
 
 
-def test_14b_on_pcie_l40s_keeps_tp1_when_tp2_loses_to_communication(exps: Experiments, namespace: str) -> None:
+def test_14b_on_pcie_l40s_keeps_tp1_when_tp2_loses_to_communication(large_and_pcie: Started) -> None:
     name = "qwen-14b-l40s"
-    spec = example_spec("pcie-fleet.yaml", load=SMALL_PCIE_LOAD)
-    with ChildPoller(exps, [(namespace, name)]) as poller:
-        exps.create(experiment(name, namespace, spec))
-        exps.wait_finished(namespace, name, 240)
+    namespace, exps, poller = large_and_pcie.namespace, large_and_pcie.exps, large_and_pcie.poller
+    spec = large_and_pcie.specs[name]
+    exps.wait_finished(namespace, name, 300)
     obj = exps.get(namespace, name)
     status = obj["status"]
     assert status["phase"] == "Decided", status.get("message")
@@ -273,11 +303,12 @@ def test_simulate_mode_uses_no_gpu_and_marks_everything_simulated(sandbox: Any, 
     # memoryHeadroom low enough that TP=2 is simulated too. The L40S one checks that a
     # CPU-only engine simulates its product's own link (PCIe) wherever it is scheduled: the
     # sandbox's H200 nodes say NVLink, which the simulator refuses for an L40S.
-    lowered = {"tiers": {"tensorParallel": [1, 2]}, "stopRules": {"memoryHeadroom": 0.05}}
     specs = {
-        "llama-8b-sim": example_spec("experiment.yaml", mode="Simulate", load=SMALL_8B_LOAD, **lowered),
+        "llama-8b-sim": example_spec(
+            "experiment.yaml", mode="Simulate", load=SMALL_8B_LOAD, tiers={"tensorParallel": [1, 2]}, stopRules={"memoryHeadroom": 0.05}
+        ),
         "qwen-14b-sim": example_spec(
-            "pcie-fleet.yaml", mode="Simulate", load={**SMALL_8B_LOAD, "numRequests": 32, "outputLen": 64}, **lowered
+            "pcie-fleet.yaml", mode="Simulate", load={**SMALL_8B_LOAD, "numRequests": 32, "outputLen": 64}, tiers={"tensorParallel": [2]}
         ),
     }
     with ChildPoller(exps, [(namespace, n) for n in specs]) as poller:
@@ -289,7 +320,7 @@ def test_simulate_mode_uses_no_gpu_and_marks_everything_simulated(sandbox: Any, 
         obj = exps.get(namespace, name)
         status = obj["status"]
         assert status["phase"] == "Decided", (name, status.get("message"), [t.get("reason") for t in status["tiers"]])
-        assert poller.tiers_deployed(namespace, name) == {"tp1-pp1", "tp2-pp1"}
+        assert poller.tiers_deployed(namespace, name) == {f"tp{tp}-pp1" for tp in specs[name]["tiers"]["tensorParallel"]}
         assert poller.engine_gpus[(namespace, name)] == 0, "a simulated engine requests no GPU"
         assert status["simulated"] is True and status["decision"]["simulated"] is True
         assert all(t.get("simulated") is True for t in status["tiers"])

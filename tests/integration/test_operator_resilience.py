@@ -110,8 +110,14 @@ def test_operator_killed_while_load_testing_resumes_without_measuring_twice(
     measured = [t for t in resumed["tiers"] if t["phase"] == "Measured"]
     assert all(t["attempts"] == 1 for t in measured)
     labels = {t["name"].split("-")[0].upper() for t in measured}
-    for reason in ("TierDeploying", "LoadTestStarted", "TierMeasured"):
+    for reason in ("TierDeploying", "TierMeasured"):
         assert _per_tier(exps, killed_ns, name, reason) == Counter({label: 1 for label in labels}), reason
+    # Events are posted after the status write they belong to: the kill, right after TP4's
+    # LoadTesting was written, may have cut off that pass's TierReady/LoadTestStarted. They
+    # are lost then, never posted twice.
+    for reason in ("TierReady", "LoadTestStarted"):
+        counts = _per_tier(exps, killed_ns, name, reason)
+        assert all(counts[label] == 1 for label in labels - {"TP4"}) and counts["TP4"] <= 1, (reason, counts)
     assert Counter(exps.reasons(killed_ns, name))["DecisionMade"] == 1
     # No child existed twice at once, none was deleted and created again, one Job per tier.
     assert poller.duplicated() == {} and poller.recreated() == {}, (poller.duplicated(), poller.recreated())
@@ -194,8 +200,8 @@ def test_two_experiments_on_one_node_never_overcommit_and_both_finish(exps: Expe
 
 def test_spec_change_restarts_or_re_decides(exps: Experiments, namespace: str) -> None:
     name = "llama-8b-changed"
-    # memoryHeadroom 0.05: TP=1 never stops the ladder on memory, so TP=2 is measured too.
-    spec = example_spec("experiment.yaml", load=SMALL_8B_LOAD, tiers={"tensorParallel": [1, 2]}, stopRules={"memoryHeadroom": 0.05})
+    # One tier, and memoryHeadroom 0.05 so that the memory rule does not fire: decided by only-tier.
+    spec = example_spec("experiment.yaml", load=SMALL_8B_LOAD, tiers={"tensorParallel": [1]}, stopRules={"memoryHeadroom": 0.05})
     exps.create(experiment(name, namespace, spec))
     before = exps.wait_tier_phase(namespace, name, "tp1-pp1", "LoadTesting", 120)
 
@@ -207,11 +213,12 @@ def test_spec_change_restarts_or_re_decides(exps: Experiments, namespace: str) -
     changed = [i for i, e in enumerate(events) if e["reason"] == "SpecChanged"]
     assert len(changed) == 1 and events[changed[0]]["type"] == "Warning"
     after = Counter(e["message"].split()[0] for e in events[changed[0] :] if e["reason"] == "TierMeasured")
-    assert after == Counter({"TP1": 1, "TP2": 1}), after
+    assert after == Counter({"TP1": 1}), after
     assert decided["decision"]["perReplicaConcurrency"] <= 8  # measured at the new concurrency
-    assert [t["phase"] for t in decided["tiers"]] == ["Measured", "Measured"]
+    assert [t["phase"] for t in decided["tiers"]] == ["Measured"] and decided["decision"]["rule"] == "only-tier"
 
-    # Only a stop rule changes after Decided: re-decided from the same measurements, nothing deployed.
+    # Only a stop rule changes after Decided: re-decided from the same measurement (now by
+    # memory headroom), nothing deployed, the recommendation rewritten.
     with ChildPoller(exps, [(namespace, name)]) as poller:
         exps.patch_spec(namespace, name, {"stopRules": {"memoryHeadroom": 0.85}})
         redecided = exps.wait(namespace, name, lambda s: s.get("observedGeneration") == 3, 60, "generation 3 observed")
