@@ -756,7 +756,8 @@ def _close_tier(p: _Pass, result: TierResult, teardown: bool) -> None:
         gpu_minutes = round(wall_minutes * tier.gpus, 3)
     result = replace(result, finished_at=p.now, gpu_minutes=gpu_minutes)
     p.put_tier(result)
-    total = sum(t.gpu_minutes or 0.0 for t in p.status.tiers)
+    # Added, not summed over status.tiers: minutes of tiers a spec change discarded stay spent.
+    total = (p.status.gpu_minutes_total or 0.0) + (gpu_minutes or 0.0)
     p.status = replace(p.status, gpu_minutes_total=round(total, 3))
     if teardown:
         p.actions.append(DeleteTier(tier))
@@ -847,9 +848,15 @@ def _restart_for_spec_change(p: _Pass, spec_hash: str) -> _Pass:
         "discarding measured tiers and restarting the ladder",
         warning=True,
     )
+    # GPUs held by the tier in progress until now were spent too.
+    in_progress = 0.0
+    for t in p.status.tiers:
+        started = parse_rfc3339(t.started_at)
+        if t.phase in ACTIVE_TIER_PHASES and started is not None:
+            in_progress += max(0.0, p.obs.now - started) / 60.0 * tier_of(t).gpus
     p.status = ExperimentStatus(
         conditions=tuple(c for c in p.status.conditions if c.type == reasons.ACCEPTED),
-        gpu_minutes_total=p.status.gpu_minutes_total,
+        gpu_minutes_total=round((p.status.gpu_minutes_total or 0.0) + in_progress, 3),
         message="spec changed: restarting the ladder",
     )
     p.condition(reasons.PLANNED, "Unknown", reasons.SPEC_CHANGED, "Re-planning after a spec change.")

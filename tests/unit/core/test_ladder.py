@@ -330,6 +330,21 @@ def test_measurement_change_restarts_the_ladder():
     assert d.status.tiers == () and d.status.gpu_minutes_total > 0  # spent minutes are kept
     d.step(generation=2)
     assert d.tier("tp2-pp1").phase == "Pending"
+    spent = d.status.gpu_minutes_total
+    d.measure("tp2-pp1", tok_s=1000, p99_ms=9000)
+    # The budget sees both ladders: the discarded tier's minutes are not dropped by the next one.
+    assert d.status.gpu_minutes_total == pytest.approx(spent + d.tier("tp2-pp1").gpu_minutes, abs=0.002)
+
+
+def test_a_tier_cut_short_by_a_spec_change_counts_its_gpu_minutes():
+    d = Driver(make_spec("llama-3-70b"))
+    d.step()
+    d.step()  # TP2 deploying
+    assert d.tier("tp2-pp1").phase == "Deploying"
+    d.now += 120
+    d.spec = replace(d.spec, load=replace(d.spec.load, concurrency=64))
+    d.step(generation=2)
+    assert d.status.gpu_minutes_total == pytest.approx(2 * 120 / 60, abs=0.02)
 
 
 def test_plan_error_fails_with_the_reason():
