@@ -3,8 +3,9 @@ always with a message that names the field.
 
 Two judges, as a user meets them:
 
-1. ``kubectl apply`` against the sandbox's kube-apiserver (the CRD's structural schema and
-   CEL rules; kubectl's default strict field validation). The table is the contract
+1. The sandbox's kube-apiserver (the CRD's structural schema and CEL rules), asked as
+   ``kubectl apply`` asks (strict field validation; a server-side dry run per case, and
+   kubectl itself for one case of each kind). The table is the contract
    tests' ``BAD_SPECS`` (tests/contract/test_examples.py, which checks the same cases
    against an emulation of the schema) plus the wrong types and thresholds the issue
    lists that are not in it. The real server must refuse each, naming the field.
@@ -18,14 +19,19 @@ Two judges, as a user meets them:
 from __future__ import annotations
 
 import copy
+import json
 import sys
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 import yaml
-from fault_harness import Cluster, FaultLog, condition, experiment
+from fault_harness import Cluster, FaultLog, condition, experiment, session_namespace
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 from test_examples import BAD_SPECS, BASE, _bad, _set  # noqa: E402
@@ -48,30 +54,54 @@ EXTRA_BAD = [
 TABLE = [(i, m, f) for i, m, f in BAD_SPECS] + EXTRA_BAD
 
 
+@pytest.fixture(scope="module")
+def table_namespace(sandbox: Any, operator: Any) -> Iterator[str]:
+    """One namespace for the whole table (nothing is created in it: every request is refused)."""
+    name = session_namespace(operator, f"bad-{uuid.uuid4().hex[:6]}")
+    sandbox.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        sandbox.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def custom(sandbox: Any) -> Iterator[Any]:
+    with sandbox.api_client() as api:
+        yield client.CustomObjectsApi(api)
+
+
+def _document(namespace: str, spec: dict[str, Any], name: str = "bad") -> dict[str, Any]:
+    return {"apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
 @pytest.mark.parametrize(("mutation", "field"), [(m, f) for _, m, f in TABLE], ids=[i for i, _, _ in TABLE])
-def test_api_server_refuses_naming_the_field(sandbox: Any, namespace: str, tmp_path: Path, mutation: Callable[[dict[str, Any]], None], field: str) -> None:
-    doc = {
-        "apiVersion": "kneepoint.io/v1alpha1",
-        "kind": "ParallelismExperiment",
-        "metadata": {"name": "bad", "namespace": namespace},
-        "spec": _bad(mutation),
-    }
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    proc = sandbox.kubectl("apply", "-f", str(path), check=False)
-    assert proc.returncode != 0, f"the API server accepted it: {proc.stdout}"
-    assert field in proc.stderr, proc.stderr
-    assert sandbox.kubectl("get", "parallelismexperiments.kneepoint.io", "-n", namespace, "-o", "name").stdout.strip() == ""
-    FaultLog().record("bad-input", f"api-server: {field}", True, rejected_by="kube-apiserver", message=proc.stderr.strip()[:300])
+def test_api_server_refuses_naming_the_field(custom: Any, table_namespace: str, mutation: Callable[[dict[str, Any]], None], field: str) -> None:
+    # As kubectl sends it (strict field validation), but a dry run: a refusal leaves nothing either way.
+    with pytest.raises(ApiException) as info:
+        custom.create_namespaced_custom_object("kneepoint.io", "v1alpha1", table_namespace, "parallelismexperiments",
+                                               _document(table_namespace, _bad(mutation)), dry_run="All", field_validation="Strict")  # fmt: skip
+    assert info.value.status in (400, 422), info.value
+    message = json.loads(info.value.body)["message"]
+    assert field in message, message
+    FaultLog().record("bad-input", f"api-server: {field}", True, rejected_by="kube-apiserver", message=message[:300])
 
 
-def test_the_base_of_the_table_is_accepted(sandbox: Any, namespace: str, tmp_path: Path) -> None:
-    doc = {"apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment", "metadata": {"name": "good", "namespace": namespace},
-           "spec": copy.deepcopy(BASE)}  # fmt: skip
-    path = tmp_path / "good.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    proc = sandbox.kubectl("apply", "--dry-run=server", "-f", str(path), check=False)
-    assert proc.returncode == 0, proc.stderr
+def test_kubectl_apply_shows_the_user_the_field(sandbox: Any, table_namespace: str, tmp_path: Path) -> None:
+    """The same refusal through the user's own tool, for one case of each kind (schema, CEL, unknown field)."""
+    for mutation, field in ((_set("tiers.tensorParallel", [1, 3]), "spec.tiers.tensorParallel[1]"),
+                            (_set("load.outputLen", 3073), "spec.load.inputLen"),
+                            (_set("load.burstiness", 3), "burstiness")):  # fmt: skip
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(_document(table_namespace, _bad(mutation))))
+        proc = sandbox.kubectl("apply", "-f", str(path), check=False)
+        assert proc.returncode != 0 and field in proc.stderr, proc.stderr
+    assert sandbox.kubectl("get", "parallelismexperiments.kneepoint.io", "-n", table_namespace, "-o", "name").stdout.strip() == ""
+
+
+def test_the_base_of_the_table_is_accepted(custom: Any, table_namespace: str) -> None:
+    custom.create_namespaced_custom_object("kneepoint.io", "v1alpha1", table_namespace, "parallelismexperiments",
+                                           _document(table_namespace, copy.deepcopy(BASE), "good"), dry_run="All", field_validation="Strict")  # fmt: skip
 
 
 # id, spec patch (on the suite's small experiment), field the message must name, words it must say
@@ -92,7 +122,10 @@ def test_operator_fails_what_only_the_fleet_can_judge(
         cluster = Cluster(api)
         cluster.apply(experiment(name, namespace, patch))
         status = cluster.wait(namespace, name, lambda s: s.get("phase") in ("Failed", "Decided"), 60, "Failed")
-        events = cluster.events(namespace, name)
+        # Events are posted right after the status write.
+        deadline = time.monotonic() + 10
+        while not (events := cluster.events(namespace, name)) and time.monotonic() < deadline:
+            time.sleep(0.3)
         children = cluster.children(namespace, name)
     assert status["phase"] == "Failed", status
     failed = condition(status, "Failed")
