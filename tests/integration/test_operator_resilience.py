@@ -216,6 +216,8 @@ def test_spec_change_restarts_or_re_decides(exps: Experiments, namespace: str) -
     assert after == Counter({"TP1": 1}), after
     assert decided["decision"]["perReplicaConcurrency"] <= 8  # measured at the new concurrency
     assert [t["phase"] for t in decided["tiers"]] == ["Measured"] and decided["decision"]["rule"] == "only-tier"
+    # The GPU time of the tier cut short is still spent (and counts against a budget).
+    assert decided["gpuMinutesTotal"] > sum(t["gpuMinutes"] for t in decided["tiers"])
 
     # Only a stop rule changes after Decided: re-decided from the same measurement (now by
     # memory headroom), nothing deployed, the recommendation rewritten.
