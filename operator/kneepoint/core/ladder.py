@@ -271,6 +271,11 @@ def reconcile_step(
     if p.status.tiers and p.status.measured_spec_hash and p.status.measured_spec_hash != spec_hash:
         return _restart_for_spec_change(p, spec_hash).step()
 
+    # A Failed experiment whose spec was edited (an invalid spec fixed, a missing ConfigMap
+    # named correctly) gets a fresh ladder: the user changed the desired state.
+    if derive_phase(p.status.conditions) == "Failed" and p.status.observed_generation not in (None, obs.generation):
+        return _restart_for_spec_change(p, spec_hash, after_failure=True).step()
+
     if derive_phase(p.status.conditions) in ("Decided", "Failed"):
         if p.status.observed_generation != obs.generation and derive_phase(p.status.conditions) == "Decided":
             _redecide_after_rule_change(p)
@@ -840,13 +845,15 @@ def _finish(p: _Pass, budget_stopped: bool) -> None:
     p.message(f"decided{sim}: {winner.label} x {decision.replicas} replicas (rule {decision.rule})")
 
 
-def _restart_for_spec_change(p: _Pass, spec_hash: str) -> _Pass:
+def _restart_for_spec_change(p: _Pass, spec_hash: str, after_failure: bool = False) -> _Pass:
     p.actions.append(DeleteAllChildren())
     p.event(
         reasons.SPEC_CHANGED,
-        "Measurement-defining fields of the spec changed (model, engine, tiers, load, placement or mode): "
+        "The spec changed after the experiment failed: starting the ladder again"
+        if after_failure
+        else "Measurement-defining fields of the spec changed (model, engine, tiers, load, placement or mode): "
         "discarding measured tiers and restarting the ladder",
-        warning=True,
+        warning=not after_failure,
     )
     # GPUs held by the tier in progress until now were spent too.
     in_progress = 0.0

@@ -57,7 +57,9 @@ def window_queries(namespace: str, pod_prefix: str, seconds: int) -> list[Window
     return [
         WindowQuery(FB_USED, f"max({_both(FB_USED, 'max_over_time({m}' + r + ')', sel)})"),
         WindowQuery(KV_USAGE, f"max({_both(KV_USAGE, 'max_over_time({m}' + r + ')', sel)})"),
-        WindowQuery(PREEMPTIONS, f"sum({_both(PREEMPTIONS, 'increase({m}' + r + ')', sel)})"),
+        # max - min over the window rather than increase(): a short load test may leave one
+        # sample in the window, where increase() returns nothing but the answer is 0.
+        WindowQuery(PREEMPTIONS, f"sum({_both(PREEMPTIONS, '(max_over_time({m}' + r + ') - min_over_time({m}' + r + '))', sel)})"),
         WindowQuery(GPU_UTIL, f"avg({_both(GPU_UTIL, 'avg_over_time({m}' + r + ')', sel)})"),
         WindowQuery(NVLINK_TX, f"avg({_both(NVLINK_TX, 'avg_over_time({m}' + r + ')', sel)})"),
         WindowQuery(COMM_FRACTION, f"avg({_both(COMM_FRACTION, 'avg_over_time({m}' + r + ')', sel)})"),

@@ -361,3 +361,16 @@ def test_simulate_mode_needs_no_fleet_and_marks_results_simulated():
     r = d.step(fleet=None)
     assert any(isinstance(a, EnsureEngine) for a in r.actions)
     assert d.status.simulated and d.tier("tp1-pp1").simulated
+
+
+def test_a_failed_experiment_starts_again_when_its_spec_is_edited():
+    d = Driver(make_spec("llama-3-8b"))
+    d.step(architecture=None, plan_error="spec.model.architecture.configMapRef: ConfigMap ns/cfg not found")
+    assert d.status.phase == "Failed"
+    d.step()  # same generation: stays Failed, nothing happens
+    assert d.status.phase == "Failed"
+    r = d.step(generation=2)  # the user fixed the spec
+    assert any(e.reason == reasons.SPEC_CHANGED for e in r.events)
+    assert get_condition(d.status.conditions, reasons.FAILED) is None
+    d.step(generation=2)
+    assert d.status.phase == "Profiling" and d.tier("tp1-pp1").phase == "Pending"

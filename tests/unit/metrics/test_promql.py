@@ -7,7 +7,8 @@ def test_window_queries_select_the_engine_pods_both_ways():
     fb = queries[promql.FB_USED]
     assert 'namespace="team-a"' in fb and 'exported_namespace="team-a"' in fb
     assert "max_over_time(DCGM_FI_DEV_FB_USED{" in fb and "[95s]" in fb
-    assert queries[promql.PREEMPTIONS].startswith("sum(") and "increase(vllm:num_preemptions_total{" in queries[promql.PREEMPTIONS]
+    pre = queries[promql.PREEMPTIONS]
+    assert pre.startswith("sum(") and "max_over_time(vllm:num_preemptions_total{" in pre and "min_over_time(" in pre
 
 
 def test_range_covers_two_scrapes_for_short_windows():
