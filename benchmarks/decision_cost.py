@@ -439,6 +439,8 @@ VARIANTS = (
             description="what-if: load.maxAttempts 1 (no retry of a timed-out test)"),
     Variant("ladder, skip KV-short tiers", skip=True, early_stop=True, adaptive=False, skip_short_kv=True,
             description="what-if: also skip tiers whose KV pool cannot hold the concurrency"),
+    Variant("all levers", skip=True, early_stop=True, adaptive=True, max_attempts=1, skip_short_kv=True,
+            description="what-if: ladder + adaptive + 1 attempt + skip KV-short tiers"),
 )
 
 
@@ -699,7 +701,7 @@ def lever_rows(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet]) -> lis
     rows.append(row("ladder, 2 tiers at once", [r.variants["ladder"] for r in results], gm_two, wall_two,
                     "lever: next tier deployed while the current one measures (timeline)"))
     # Model load apart: what a node-local cache would leave.
-    for name, key in (("ladder, node-local model cache", "ladder"), ("ladder + adaptive + cache", "ladder + adaptive")):
+    for name, key in (("ladder, node-local model cache", "ladder"), ("all levers + cache", "all levers")):
         runs = [r.variants[key] for r in results]
         load = sum(x.load_gpu_minutes for x in runs)
         cached = sum(x.cached_load_gpu_minutes() for x in runs)

@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds one experiment may take in the sandbox")
     p.add_argument("--keep-sandbox", action="store_true")
     args = p.parse_args(argv)
+    # Stop on SIGTERM as on Ctrl-C: the finally blocks stop the operator and the sandbox.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     dc = _decision_cost()
     chosen = []
     for key in [k.strip() for k in args.scenarios.split(",") if k.strip()]:

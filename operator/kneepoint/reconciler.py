@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -58,6 +59,9 @@ from kneepoint.settings import OperatorSettings
 log = logging.getLogger("kneepoint.reconciler")
 
 RESERVATION_SECONDS = 120.0
+STALE_FLEET_WAIT_FACTOR = 3.0
+"""A capacity check waits for a new fleet read when the last is this many cache windows old; younger, it goes on
+with the last read while a refresh runs in the background."""
 _TIER_FAILURE_REASONS = (
     reasons.TIER_OUT_OF_MEMORY,
     reasons.TIER_START_FAILED,
@@ -108,14 +112,35 @@ class FleetCache:
     read per window costs O(nodes). What a cached read misses is covered: engines this
     operator created since are in the GpuLedger until their pods show up, and GPUs freed
     since only look busy a little longer (the check waits, it never over-promises them).
+    A stale read is refreshed in the background while passes go on with the last one (a
+    list of hundreds of nodes takes seconds on a busy API server); a pass waits only for
+    the first read and after a quiet spell (see STALE_FLEET_WAIT_FACTOR).
     """
 
     max_age: float
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    refreshing: asyncio.Future[None] | None = None
     fetched_at: float | None = None
+    """When the current lists were requested (not received: the conservative age)."""
     nodes: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
     reads: int = 0
+    views: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    """FleetViews of this read (before reservations), per product/selector: built once, not per pass."""
+
+    def view(self, gpu_resource: str, product: str | None, node_selector: dict[str, str], topology_key: str | None,
+             reserved: dict[str, int]) -> Any:
+        """pod_status.fleet_view over the cached lists, with ``reserved`` GPUs taken off."""
+        key = (gpu_resource, product, tuple(sorted(node_selector.items())), topology_key)
+        base = self.views.get(key)
+        if base is None:
+            base = self.views[key] = pod_status.fleet_view(self.nodes, self.pods, gpu_resource, product, node_selector,
+                                                           None, topology_key=topology_key)
+        if not reserved:
+            return base
+        # fleet_view computes max(0, total - used - reserved); taking reserved off max(0, total - used) is the same.
+        return dataclasses.replace(base, domains=tuple(
+            dataclasses.replace(d, gpus_free=max(0, d.gpus_free - reserved[d.node_name])) if reserved.get(d.node_name) else d
+            for d in base.domains))
 
 
 @dataclass
@@ -240,7 +265,8 @@ class Reconciler:
             return None
 
         current = next((t for t in status.tiers if t.phase not in TERMINAL_TIER_PHASES), None)
-        needs_fleet = spec.mode == "Measure" and (not status.tiers or (current is not None and current.phase in (TIER_PENDING, TIER_WAITING)))
+        # Only a Pending or Waiting tier can be given GPUs (EnsureEngine); planning reads the fleet without the lock.
+        needs_fleet = spec.mode == "Measure" and current is not None and current.phase in (TIER_PENDING, TIER_WAITING)
         if needs_fleet:
             # The capacity check and the GPUs it promises must not interleave between
             # experiments: observe, decide and reserve under the lock; the API writes that
@@ -379,6 +405,7 @@ class Reconciler:
         product = spec.placement.gpu_product
         if needs_fleet:
             nodes, pods = await self._fleet_lists()
+            all_pods = pods
             if current is not None and current.phase in (TIER_PENDING, TIER_WAITING):
                 # An operator killed after creating this tier's engine but before writing
                 # status finds the engine's pod holding GPUs: they are this tier's own, not
@@ -395,13 +422,18 @@ class Reconciler:
                 if p.get("spec", {}).get("nodeName")
             }
             reserved = self.ledger.reserved(now, visible)
+            if len(pods) == len(all_pods):
+                # The common case: views of the shared read are built once per read, not per pass.
+                def view(product: str | None, topology_key: str | None = None) -> Any:
+                    return self.fleet_cache.view(spec.placement.gpu_resource, product, spec.placement.node_selector, topology_key, reserved)
+            else:
+                def view(product: str | None, topology_key: str | None = None) -> Any:
+                    return pod_status.fleet_view(nodes, pods, spec.placement.gpu_resource, product, spec.placement.node_selector,
+                                                 reserved, topology_key=topology_key)
             if product is None:
-                all_view = pod_status.fleet_view(nodes, pods, spec.placement.gpu_resource, None, spec.placement.node_selector, reserved)
+                all_view = view(None)
                 product = all_view.products()[0] if all_view.products() else None
-            fleet = pod_status.fleet_view(
-                nodes, pods, spec.placement.gpu_resource, product, spec.placement.node_selector, reserved,
-                topology_key=spec.placement.multi_node_topology_key,
-            )
+            fleet = view(product, spec.placement.multi_node_topology_key)
             if current is not None and current.phase in (TIER_PENDING, TIER_WAITING) and product:
                 if current.phase == TIER_WAITING:
                     queue_position = self.queue.position(product, uid, status.waiting_since)
@@ -477,15 +509,32 @@ class Reconciler:
         return obs, ctx
 
     async def _fleet_lists(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Every node and every pod holding resources, from the shared cache (refreshed once per window)."""
+        """Every node and every pod holding resources, from the shared cache (see FleetCache)."""
         cache = self.fleet_cache
-        async with cache.lock:  # one refresh at a time; passes waiting on it reuse its result
-            if cache.fetched_at is None or self.clock() - cache.fetched_at >= cache.max_age:
-                cache.nodes = await self.reader.nodes()
-                cache.pods = await self.reader.active_pods_on_nodes()
-                cache.fetched_at = self.clock()
-                cache.reads += 1
-            return cache.nodes, cache.pods
+        age = math.inf if cache.fetched_at is None else self.clock() - cache.fetched_at
+        if age >= cache.max_age and cache.refreshing is None:
+            cache.refreshing = asyncio.ensure_future(self._refresh_fleet())
+        if age >= STALE_FLEET_WAIT_FACTOR * cache.max_age and cache.refreshing is not None:
+            # Nothing read yet, or the last read is from before a quiet spell: wait for a fresh one.
+            await asyncio.shield(cache.refreshing)
+        return cache.nodes, cache.pods
+
+    async def _refresh_fleet(self) -> None:
+        cache = self.fleet_cache
+        requested = self.clock()
+        try:
+            nodes = await self.reader.nodes()
+            pods = await self.reader.active_pods_on_nodes()
+            cache.nodes, cache.pods, cache.views = nodes, pods, {}
+            cache.fetched_at = requested
+            cache.reads += 1
+        except Exception as exc:
+            if cache.fetched_at is not None:  # a background refresh: log, keep the last read, retry next pass
+                log.warning("Listing nodes and pods for the capacity check failed: %s", exc)
+                return
+            raise
+        finally:
+            cache.refreshing = None
 
     async def _metrics(self, spec: ExperimentSpec, name: str, namespace: str, tier: Tier, current: Any, now: float) -> Any:
         from kneepoint.core.ladder import parse_rfc3339

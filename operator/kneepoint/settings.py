@@ -41,7 +41,7 @@ class OperatorSettings:
     """Kubernetes API calls run in worker threads (the client is synchronous); this many at once, with as many
     pooled connections (KNEEPOINT_API_THREADS). Python's default, cores + 4, queues calls once a few dozen
     experiments are active."""
-    fleet_cache_seconds: float = 2.0
+    fleet_cache_seconds: float = 5.0
     """Nodes and GPU-holding pods are listed at most once per this many seconds, shared by every experiment's
     capacity check (KNEEPOINT_FLEET_CACHE_SECONDS; 0 lists them on every check)."""
     json_logs: bool = False

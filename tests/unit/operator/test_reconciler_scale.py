@@ -183,3 +183,42 @@ def test_sleep_without_deadline_returns_on_wake():
         return True
 
     assert asyncio.run(run())
+
+
+def test_cached_view_with_reservations_equals_a_fresh_fleet_view():
+    from kneepoint.kube import pod_status
+    from kneepoint.reconciler import FleetCache
+
+    nodes = [node("h200-0"), node("h200-1"), node("h200-2", gpus=4)]
+    pods = [
+        {"metadata": {"name": "p1", "namespace": "x"}, "spec": {"nodeName": "h200-0", "containers": [
+            {"resources": {"requests": {"nvidia.com/gpu": "6"}}}]}, "status": {"phase": "Running"}},
+        {"metadata": {"name": "p2", "namespace": "x"}, "spec": {"nodeName": "h200-2", "containers": [
+            {"resources": {"limits": {"nvidia.com/gpu": "4"}}}]}, "status": {"phase": "Pending"}},
+    ]
+    cache = FleetCache(max_age=2.0, nodes=nodes, pods=pods)
+    for reserved in ({}, {"h200-0": 4}, {"h200-1": 2, "h200-2": 1}):
+        fresh = pod_status.fleet_view(nodes, pods, "nvidia.com/gpu", "NVIDIA-H200", {}, reserved)
+        assert cache.view("nvidia.com/gpu", "NVIDIA-H200", {}, None, reserved) == fresh
+    assert len(cache.views) == 1  # one base view, reused
+
+
+def test_a_stale_fleet_read_is_refreshed_in_the_background_and_an_old_one_waited_for():
+    api = FakeApi([node("h200-0")])
+    clock = [1_800_000_000.0]
+    r = reconciler(api, clock, cache_seconds=2.0)
+
+    async def run() -> None:
+        first = await r._fleet_lists()  # nothing cached: waits for the read
+        assert [n["metadata"]["name"] for n in first[0]] == ["h200-0"] and r.fleet_cache.reads == 1
+        api.nodes_list = [node("h200-0"), node("h200-1")]
+        clock[0] += 3  # stale, but younger than 3 windows: the last read now, a refresh behind it
+        nodes, _ = await r._fleet_lists()
+        assert len(nodes) == 1 and r.fleet_cache.refreshing is not None
+        await r.fleet_cache.refreshing
+        assert len((await r._fleet_lists())[0]) == 2
+        api.nodes_list = [node("h200-0")]
+        clock[0] += 10  # five windows later: this pass waits for a fresh read
+        assert len((await r._fleet_lists())[0]) == 1
+
+    asyncio.run(run())

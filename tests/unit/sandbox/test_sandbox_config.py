@@ -93,9 +93,9 @@ def test_prometheus_discovers_engine_pods_through_the_admin_kubeconfig() -> None
 
 def test_kwok_stages_leave_non_pretend_pods_to_the_runner() -> None:
     stages = {d["metadata"]["name"]: d for d in yaml.safe_load_all((PKG / "data" / "sandbox" / "kwok-stages.yaml").read_text())}
-    assert set(stages) == {"node-initialize", "node-heartbeat-with-lease", "pod-delete", "pod-ready", "pod-complete"}
+    assert set(stages) == {"node-initialize", "node-heartbeat-with-lease", "pod-delete", "pod-ready", "pod-ready-again", "pod-complete"}
     pretend = {"key": '.metadata.labels["kneepoint.io/sandbox-pretend"]', "operator": "In", "values": ["true"]}
-    for name in ("pod-ready", "pod-complete"):
+    for name in ("pod-ready", "pod-ready-again", "pod-complete"):
         assert pretend in stages[name]["spec"]["selector"]["matchExpressions"]
     assert pretend not in stages["pod-delete"]["spec"]["selector"]["matchExpressions"]
     assert stages["pod-delete"]["spec"]["next"]["delete"] is True
