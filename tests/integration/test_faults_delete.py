@@ -89,7 +89,9 @@ def test_deleting_an_experiment_mid_tier_removes_every_child_and_frees_its_gpus(
                     deadline = time.monotonic() + 30
                     while not any("loadgen" in p for p in _processes_of(ns)) and time.monotonic() < deadline:
                         time.sleep(0.2)
-                held = cluster.gpus_held([ns])
+                deadline = time.monotonic() + 20  # the engine pod is bound a moment after the phase shows
+                while sum((held := cluster.gpus_held([ns])).values()) != 2 and time.monotonic() < deadline:
+                    time.sleep(0.2)
                 assert sum(held.values()) == 2, held
                 running = _processes_of(ns)
                 assert running, f"no engine process found for {ns}"

@@ -32,8 +32,10 @@ from kneepoint.sandbox.layout import HOST, Ports, StatePaths
 Say = Callable[[str], None]
 
 # Timeouts for one component to become healthy (seconds). Generous: on a loaded 2-core
-# machine the API server's first start (bootstrap RBAC, priority levels) can take a while.
-HEALTH_TIMEOUT = {"etcd": 30, "kube-apiserver": 90, "prometheus": 30}
+# machine the API server's first start (bootstrap RBAC, priority levels) can take a while,
+# and a restarted Prometheus answers 503 until it has replayed its WAL (61 s for 551 MB,
+# a sandbox used for 90 minutes at the 2 s scrape interval; docs/reliability.md).
+HEALTH_TIMEOUT = {"etcd": 30, "kube-apiserver": 90, "prometheus": 180}
 DEFAULT_HEALTH_TIMEOUT = 45
 
 
