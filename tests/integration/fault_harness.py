@@ -261,7 +261,7 @@ class ChildLedger:
     def stop(self) -> None:
         self._stop.set()
         for t in self._threads:
-            t.join(timeout=15)
+            t.join(timeout=8)
 
     def __enter__(self) -> "ChildLedger":
         return self.start()
@@ -304,7 +304,8 @@ class ChildLedger:
                     first = False
                 w = watch.Watch()
                 for event in w.stream(
-                    list_fn, label_selector=LABEL_EXPERIMENT, resource_version=listing.metadata.resource_version, timeout_seconds=30
+                    # Short server-side timeouts: stop() is then noticed within seconds.
+                    list_fn, label_selector=LABEL_EXPERIMENT, resource_version=listing.metadata.resource_version, timeout_seconds=3
                 ):
                     if self._stop.is_set():
                         w.stop()

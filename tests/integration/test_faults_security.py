@@ -171,6 +171,8 @@ def test_operator_with_only_its_service_account_runs_an_experiment_and_never_sho
             events = cluster.core.list_namespaced_event(install.team).items
             deployment_seen = _deployment_env(cluster, install.team, name)
         finally:
+            # While its operator still runs to release kopf's finalizer.
+            sandbox.kubectl("delete", "parallelismexperiments.kneepoint.io", "--all", "-n", install.team, "--timeout=30s", check=False)
             op.stop()
     assert final["phase"] == "Decided", final
     assert stray_status == {}, stray_status  # another namespace's experiment: untouched
