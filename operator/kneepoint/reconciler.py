@@ -272,8 +272,9 @@ class Reconciler:
             # experiments: observe, decide and reserve under the lock; the API writes that
             # follow (Deployment, status, events) run after it, so one experiment's writes
             # never hold up another's capacity check.
+            await self._fleet_lists()  # any wait for a fleet read happens here, outside the lock
             async with self.ledger.lock:
-                obs, fleet_ctx = await self._observe(name, namespace, uid, spec, status, generation)
+                obs, fleet_ctx = await self._observe(name, namespace, uid, spec, status, generation, fleet_wait=False)
                 step = reconcile_step(spec, status, obs, self.settings.ladder, spec_hash=measurement_hash(spec))
                 self._reserve_gpus(step, spec, name, obs)
         else:
@@ -386,7 +387,8 @@ class Reconciler:
         return arch, _hf_config_json(arch), None
 
     async def _observe(
-        self, name: str, namespace: str, uid: str, spec: ExperimentSpec, status: ExperimentStatus, generation: int
+        self, name: str, namespace: str, uid: str, spec: ExperimentSpec, status: ExperimentStatus, generation: int,
+        fleet_wait: bool = True,
     ) -> tuple[Observations, dict[str, Any]]:
         now = self.clock()
         current = next((t for t in status.tiers if t.phase not in TERMINAL_TIER_PHASES), None)
@@ -404,7 +406,7 @@ class Reconciler:
         needs_fleet = spec.mode == "Measure" and (planning or (current is not None and current.phase in (TIER_PENDING, TIER_WAITING, TIER_DEPLOYING)))
         product = spec.placement.gpu_product
         if needs_fleet:
-            nodes, pods = await self._fleet_lists()
+            nodes, pods = await self._fleet_lists(wait=fleet_wait)
             all_pods = pods
             if current is not None and current.phase in (TIER_PENDING, TIER_WAITING):
                 # An operator killed after creating this tier's engine but before writing
@@ -465,13 +467,18 @@ class Reconciler:
             if multi_node and current.phase in (TIER_PENDING, TIER_WAITING):
                 lws_api = await self.reader.leader_worker_set_served()
             if multi_node and current.phase in (TIER_DEPLOYING, TIER_LOAD_TESTING):
-                group = await self.reader.leader_worker_set(namespace, naming.engine_name(name, tier))
-                pods = await self.reader.engine_pods(name, namespace, tier) if group else []
-                engine = pod_status.group_state(group, pods)
+                # Both reads at once: a pass's duration is mostly API round trips.
+                group, pods = await asyncio.gather(
+                    self.reader.leader_worker_set(namespace, naming.engine_name(name, tier)),
+                    self.reader.engine_pods(name, namespace, tier),
+                )
+                engine = pod_status.group_state(group, pods if group else [])
             elif current.phase in (TIER_DEPLOYING, TIER_LOAD_TESTING):
-                deployment = await self.reader.deployment(namespace, naming.engine_name(name, tier))
-                pods = await self.reader.engine_pods(name, namespace, tier) if deployment else []
-                engine = pod_status.engine_state(deployment, pods)
+                deployment, pods = await asyncio.gather(
+                    self.reader.deployment(namespace, naming.engine_name(name, tier)),
+                    self.reader.engine_pods(name, namespace, tier),
+                )
+                engine = pod_status.engine_state(deployment, pods if deployment else [])
             if current.phase == TIER_LOAD_TESTING:
                 attempt = current.attempts or 1
                 job_name = naming.load_test_name(name, tier, attempt)
@@ -508,9 +515,15 @@ class Reconciler:
         )
         return obs, ctx
 
-    async def _fleet_lists(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Every node and every pod holding resources, from the shared cache (see FleetCache)."""
+    async def _fleet_lists(self, wait: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every node and every pod holding resources, from the shared cache (see FleetCache).
+
+        ``wait=False`` returns the last read as it is, starting nothing: the caller holds the capacity
+        lock and called with ``wait=True`` just before taking it.
+        """
         cache = self.fleet_cache
+        if not wait:
+            return cache.nodes, cache.pods
         age = math.inf if cache.fetched_at is None else self.clock() - cache.fetched_at
         if age >= cache.max_age and cache.refreshing is None:
             cache.refreshing = asyncio.ensure_future(self._refresh_fleet())
