@@ -24,14 +24,12 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
