@@ -108,7 +108,8 @@ async def run_experiment(name: str, namespace: str, memo: kopf.Memo, stopped: An
             backoff = ERROR_BACKOFF_SECONDS
         except Exception:  # the API server restarting, a 409 on status: try again later
             log.exception("%s/%s: reconcile failed; retrying in %.0f s", namespace, name, backoff)
-            delay, backoff = backoff, min(backoff * 2, 300.0)
+            # Capped at a minute: after an API server outage the operator resumes within a minute.
+            delay, backoff = backoff, min(backoff * 2, 60.0)
         # None: Decided, Failed or rejected; only an event (spec change, child change) wakes it.
         await _sleep(wake, stopped, math.inf if delay is None else delay)
     memo.wakeups.pop((namespace, name), None)

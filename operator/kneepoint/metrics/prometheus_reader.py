@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
 
 from kneepoint.core.observations import MetricWindow
 from kneepoint.metrics import promql
@@ -35,7 +36,9 @@ class PrometheusReader:
         self.url = url
         self.timeout = timeout_seconds
         self.scrape_interval = scrape_interval_seconds
-        self._prom = PrometheusConnect(url=url, disable_ssl=True, retry=None)
+        # No client-side retries: the ladder retries on its own schedule (and says so in a
+        # condition); the client's default 3 retries with back-off cost ~6 s per refused pass.
+        self._prom = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0, connect=0, read=0, status=0))
 
     def _query(self, expr: str, at: float) -> list[dict[str, Any]]:
         return self._prom.custom_query(query=expr, params={"time": f"{at:.3f}", "timeout": f"{self.timeout:.0f}s"})
