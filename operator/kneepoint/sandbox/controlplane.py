@@ -455,6 +455,19 @@ def kubectl(sandbox: Sandbox, kubectl_path: Path, *args: str, check: bool = True
     return proc
 
 
+def _wait_established(sandbox: Sandbox, kubectl_path: Path, path: Path, timeout: float = 60.0) -> None:
+    """``kubectl wait --for=condition=Established``, retried: right after an apply a CRD may
+    have no ``status.conditions`` yet, and kubectl then fails at once ("accessor error")."""
+    deadline = time.monotonic() + timeout
+    while True:
+        proc = kubectl(sandbox, kubectl_path, "wait", "--for=condition=Established", "--timeout=30s", "-f", str(path), check=False)
+        if proc.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise SandboxError(f"CRDs in {path} not Established within {timeout:.0f}s: {proc.stderr.strip()}")
+        time.sleep(0.5)
+
+
 def _apply_crds(sandbox: Sandbox, kubectl_path: Path, say: Say) -> None:
     directory = crds_dir()
     if directory is None:
@@ -462,7 +475,7 @@ def _apply_crds(sandbox: Sandbox, kubectl_path: Path, say: Say) -> None:
         return
     kubectl(sandbox, kubectl_path, "apply", "--server-side", "--force-conflicts",
             "--field-manager=kneepoint-sandbox", "-f", str(directory))
-    kubectl(sandbox, kubectl_path, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(directory))
+    _wait_established(sandbox, kubectl_path, directory)
     say(f"[sandbox] CRDs from {directory} applied (server-side) and Established")
 
 
@@ -487,7 +500,7 @@ def _prepare_lws(sandbox: Sandbox, kubectl_path: Path, say: Say) -> None:
     target = paths.root / "lws-crds.json"
     _write_if_changed(target, json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}))
     kubectl(sandbox, kubectl_path, "apply", "--server-side", "--force-conflicts", "--field-manager=kneepoint-sandbox", "-f", str(target))
-    kubectl(sandbox, kubectl_path, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(target))
+    _wait_established(sandbox, kubectl_path, target)
     say(f"[sandbox] lws: CRDs applied (server-side) and Established in {time.monotonic() - began:.1f}s")
 
 

@@ -176,7 +176,7 @@ def test_noise_is_seeded_and_multiplicative() -> None:
     blocks=st.integers(17, 120),
 )
 def test_invariants_hold_for_any_workload(requests, max_num_seqs, budget, blocks) -> None:
-    sched, clock = make(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, num_gpu_blocks=blocks, max_model_len=256)
+    sched, clock = make(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, num_gpu_blocks=blocks, max_model_len=260)  # the longest drawn request: 200 + 60
     reqs = [sched.add_request(f"r{i}", p, m) for i, (p, m) in enumerate(requests)]
     # A request that alone needs more blocks than the pool can never run; vLLM refuses such a
     # pool at start-up (it must hold one max_model_len sequence), so keep the test's pools legal.
