@@ -58,6 +58,11 @@ class SandboxHandle:
 def sandbox() -> Iterator[SandboxHandle]:
     _, before = controlplane.status()
     running_before = {row.name for row in before if row.state != "stopped"}
+    if not running_before:
+        # Nothing runs there: start from empty state, so a test session never inherits
+        # objects (or a large Prometheus WAL) from an earlier session that ended abruptly.
+        # The built binaries live elsewhere (the cache) and are kept.
+        controlplane.down(purge=True, say=lambda line: print(line, flush=True))
     try:
         handle = controlplane.up(say=lambda line: print(line, flush=True))
     except controlplane.SandboxError:
