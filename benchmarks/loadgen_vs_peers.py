@@ -450,12 +450,19 @@ def main() -> int:
           f"{versions}", flush=True)
     results = os.path.join(args.out, "results.jsonl")
     rows = []
+    done: set[tuple] = set()
+    if os.path.isfile(results):  # resume an interrupted run: keep its finished runs
+        with open(results, encoding="utf-8") as handle:
+            rows = [json.loads(line) for line in handle]
+        done = {(r["scenario"], r["concurrency"], r["repeat"], r["client"]) for r in rows}
     for name in args.scenarios.split(","):
         scenario = SCENARIOS[name]
         for concurrency in [int(c) for c in args.concurrency.split(",")]:
             for repeat in range(args.repeats):
                 shift = repeat % len(clients)
                 for client in clients[shift:] + clients[:shift]:
+                    if (name, concurrency, repeat, client) in done:
+                        continue
                     row = run_once(scenario, concurrency, repeat, client, args)
                     rows.append(row)
                     with open(results, "a", encoding="utf-8") as handle:
