@@ -11,7 +11,11 @@ How the ids join (see docs/benchmarks.md):
 - kneepoint loadgen records the response id of the first chunk (``responseId``);
 - AIPerf sends a fresh ``X-Request-ID`` per request and exports it; the simulator, like
   vLLM, names the request ``chatcmpl-<X-Request-Id>``;
-- GuideLLM records the server's response id (``response_id``).
+- GuideLLM records the server's response id (``response_id``);
+- vLLM's ``bench serve`` sends ``x-request-id: <prefix><index>`` (``--request-id-prefix``) and
+  saves its per-request lists in request order (``--save-detailed``), so request ``i`` is
+  ``chatcmpl-<prefix><i>``. Its times are ``perf_counter`` readings, so way in and way out
+  (wall-clock differences with the simulator's stamps) are not computed for it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ class MeasuredRequest:
     ttft_ms: float | None
     output_tokens: int
     ok: bool
+    wall_clock: bool = True
+    """False when ``start``/``end`` are a monotonic clock of the client's (vLLM bench's
+    perf_counter): good for the window, not for comparing with the simulator's wall stamps."""
 
 
 @dataclass
@@ -189,4 +196,36 @@ def read_guidellm(out_dir: str) -> ClientRun:
                                                 ttft_ms=r.get("time_to_first_token_ms"),
                                                 output_tokens=int(r.get("output_tokens") or 0),
                                                 ok=status == "successful"))
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM bench serve
+
+VLLM_REQUEST_ID_PREFIX = "kbvllm-"
+
+
+def vllm_command(venv: str, work: Workload, out_dir: str, tokenizer: str) -> list[str]:
+    """``vllm bench serve`` with the random dataset, the chat backend and per-request results."""
+    return [os.path.join(venv, "bin", "vllm"), "bench", "serve", "--backend", "openai-chat",
+            "--base-url", work.endpoint, "--endpoint", "/v1/chat/completions", "--model", work.model,
+            "--tokenizer", tokenizer, "--dataset-name", "random", "--random-input-len", str(work.input_len),
+            "--random-output-len", str(work.output_len), "--random-range-ratio", "0", "--ignore-eos",
+            "--max-concurrency", str(work.concurrency), "--num-prompts", str(work.num_requests),
+            "--num-warmups", str(work.warmup), "--seed", "0", "--request-id-prefix", VLLM_REQUEST_ID_PREFIX,
+            "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", out_dir,
+            "--result-filename", "vllm.json"]
+
+
+def read_vllm(out_dir: str) -> ClientRun:
+    with open(os.path.join(out_dir, "vllm.json"), encoding="utf-8") as handle:
+        result = json.load(handle)
+    run = ClientRun(reported_requests_per_s=result["request_throughput"],
+                    reported_output_tokens_per_s=result["output_throughput"])
+    rows = zip(result["start_times"], result["latencies"], result["ttfts"], result["output_lens"], result["errors"])
+    for index, (start, latency, ttft, out_len, error) in enumerate(rows):
+        ok = not error
+        run.requests.append(MeasuredRequest(
+            join_id=f"chatcmpl-{VLLM_REQUEST_ID_PREFIX}{index}", start=start, end=start + (latency or 0.0),
+            ttft_ms=ttft * 1000.0 if ok and ttft else None, output_tokens=int(out_len or 0), ok=ok, wall_clock=False))
     return run

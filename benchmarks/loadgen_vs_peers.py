@@ -1,4 +1,4 @@
-"""kneepoint loadgen side by side with NVIDIA AIPerf and GuideLLM against the engine simulator.
+"""kneepoint loadgen side by side with NVIDIA AIPerf, GuideLLM and vLLM's bench serve against the simulator.
 
 For every scenario, concurrency and repeat, each client gets a fresh ``kneepoint sim`` (with
 ``--truth-log``) pinned to one core, and runs pinned to another core (``sched_setaffinity``
@@ -26,11 +26,12 @@ Results go to ``<out>/results.jsonl`` (one line per run, appended as they finish
 tables are printed at the end; ``--report <results.jsonl>`` prints them again.
 
     .venv/bin/python benchmarks/loadgen_vs_peers.py [--scenarios fast,realistic]
-        [--concurrency 1,16,64,256,512] [--repeats 2] [--clients loadgen,aiperf,guidellm]
+        [--concurrency 1,16,64,256,512] [--repeats 2] [--clients loadgen,aiperf,guidellm,vllm,floor]
         [--peers-venv ~/.cache/kneepoint/peers-venv] [--out DIR]
 
-The peers live in their own virtual environment, outside the repository (see
-docs/benchmarks.md for the two pip commands); a missing one is skipped with one line.
+The peers live in virtual environments outside the repository (AIPerf and GuideLLM in
+``--peers-venv``, vLLM in ``--vllm-venv``; see docs/benchmarks.md for the pip commands); a
+missing one is skipped with one line.
 """
 
 from __future__ import annotations
@@ -62,11 +63,13 @@ from clients_under_test import (  # noqa: E402
     read_floor,
     read_guidellm,
     read_loadgen,
+    read_vllm,
+    vllm_command,
 )
 from process_tree_cpu import ProcessTreeCpu  # noqa: E402
 from ttft_truth_join import join, read_truth  # noqa: E402
 
-PEERS = ("aiperf", "guidellm")
+PEERS = ("aiperf", "guidellm", "vllm")
 CLIENT_TIMEOUT_S = 900.0
 
 
@@ -185,6 +188,11 @@ def kill_session(process: subprocess.Popen) -> None:
 # One run
 
 
+def peer_venv(peer: str, args: argparse.Namespace) -> str:
+    """vLLM pins its own torch and transformers, so it has an environment of its own."""
+    return args.vllm_venv if peer == "vllm" else args.peers_venv
+
+
 def client_command(client: str, work: Workload, out_dir: str, args: argparse.Namespace) -> list[str]:
     if client == "loadgen":
         return loadgen_command(sys.executable, work, out_dir)
@@ -192,12 +200,32 @@ def client_command(client: str, work: Workload, out_dir: str, args: argparse.Nam
         return floor_command(sys.executable, work, out_dir)
     if client == "aiperf":
         return aiperf_command(args.peers_venv, work, out_dir, args.tokenizer)
+    if client == "vllm":
+        return vllm_command(args.vllm_venv, work, out_dir, args.tokenizer)
     return guidellm_command(args.peers_venv, work, out_dir, args.tokenizer)
 
 
 def read_client(client: str, out_dir: str) -> ClientRun:
-    readers = {"loadgen": read_loadgen, "aiperf": read_aiperf, "guidellm": read_guidellm, "floor": read_floor}
+    readers = {"loadgen": read_loadgen, "aiperf": read_aiperf, "guidellm": read_guidellm, "floor": read_floor,
+               "vllm": read_vllm}
     return readers[client](out_dir)
+
+
+def align_to_wall_clock(result: ClientRun, truth: dict[str, dict]) -> None:
+    """Move a client's monotonic request times onto the wall clock, for the CPU window.
+
+    A request cannot reach the server's handler before it was sent, so the smallest
+    ``received - start`` over the joined requests is the clock offset plus the shortest way in
+    (well under a millisecond on loopback): close enough to cut a window of seconds.
+    """
+    monotonic = [r for r in result.requests if not r.wall_clock]
+    offsets = [truth[r.join_id]["received"] - r.start for r in monotonic if r.join_id in truth]
+    if not offsets:
+        return
+    offset = min(offsets)
+    for request in monotonic:
+        request.start += offset
+        request.end += offset
 
 
 def run_once(scenario: Scenario, concurrency: int, repeat: int, client: str, args: argparse.Namespace) -> dict:
@@ -250,6 +278,8 @@ def run_once(scenario: Scenario, concurrency: int, repeat: int, client: str, arg
     if not ok:
         row["error"] = f"no successful request; see {run_dir}/client.log"
         return row
+    truth = read_truth(truth_path)
+    align_to_wall_clock(result, truth)
     t0, t1 = result.measured_window()
     cores = client_cpu.cores_between(t0, t1)
     tokens_per_s = sum(r.output_tokens for r in ok) / (t1 - t0)
@@ -259,7 +289,7 @@ def run_once(scenario: Scenario, concurrency: int, repeat: int, client: str, arg
                reportedOutputTokensPerSecond=result.reported_output_tokens_per_s,
                clientCores=cores, tokensPerSecondPerClientCore=tokens_per_s / cores if cores > 0 else None,
                serverCores=server_cpu.cores_between(t0, t1))
-    joined = join(result, read_truth(truth_path))
+    joined = join(result, truth)
     if joined is not None:
         row["ttft"] = asdict(joined)
     return row
@@ -398,8 +428,10 @@ def main() -> int:
     parser.add_argument("--scenarios", default="fast,realistic")
     parser.add_argument("--concurrency", default="1,16,64,256,512")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--clients", default="loadgen,aiperf,guidellm,floor")
+    parser.add_argument("--clients", default="loadgen,aiperf,guidellm,vllm,floor")
     parser.add_argument("--peers-venv", default=os.path.expanduser("~/.cache/kneepoint/peers-venv"))
+    parser.add_argument("--vllm-venv", default=os.path.expanduser("~/.cache/kneepoint/vllm-venv"),
+                        help="the environment holding vllm (its bench serve runs without GPUs)")
     parser.add_argument("--tokenizer", default=os.path.expanduser("~/.cache/kneepoint/bench-tokenizer"))
     parser.add_argument("--out", default=None, help="directory for exports and results.jsonl (default: a new one in /tmp)")
     parser.add_argument("--quiet-load", type=float, default=4.0, help="wait for a 1-minute load average under this")
@@ -428,19 +460,15 @@ def main() -> int:
     os.sched_setaffinity(0, {args.server_core})
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     for peer in [c for c in clients if c in PEERS]:
-        binary = os.path.join(args.peers_venv, "bin", peer)
+        binary = os.path.join(peer_venv(peer, args), "bin", peer)
         if not os.access(binary, os.X_OK):
-            print(f"skipping {peer}: {binary} not found (pip install it into --peers-venv; see docs/benchmarks.md)")
+            print(f"skipping {peer}: {binary} not found (pip install it into its venv; see docs/benchmarks.md)")
             clients.remove(peer)
-    if "vllm" in clients:
-        print("skipping vllm: vllm bench serve is not driven by this script (vLLM 0.33 needs torch with CUDA; "
-              "see docs/benchmarks.md)")
-        clients.remove("vllm")
     if any(c in PEERS for c in clients):
         ensure_tokenizer(args)
     versions = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
-    peer_python = os.path.join(args.peers_venv, "bin", "python")
     for peer in [c for c in clients if c in PEERS]:
+        peer_python = os.path.join(peer_venv(peer, args), "bin", "python")
         probe = subprocess.run([peer_python, "-c", f"import importlib.metadata as m; print(m.version({peer!r}))"],
                                capture_output=True, text=True)
         versions[peer] = probe.stdout.strip() or "?"

@@ -79,8 +79,9 @@ def join(run: ClientRun, truth: dict[str, dict]) -> TruthJoin | None:
         injected.append(truth_ms)
         prompts.append(row["promptTokens"])
         rows.append(row)
-        way_in.append((row["arrival"] - request.start) * 1000.0)
-        way_out.append((request.start + request.ttft_ms / 1000.0 - row["firstToken"]) * 1000.0)
+        if request.wall_clock:
+            way_in.append((row["arrival"] - request.start) * 1000.0)
+            way_out.append((request.start + request.ttft_ms / 1000.0 - row["firstToken"]) * 1000.0)
         if row.get("socketTtftSeconds") is not None:
             socket_signed.append(request.ttft_ms - row["socketTtftSeconds"] * 1000.0)
             socket_abs.append(abs(socket_signed[-1]))
@@ -91,7 +92,8 @@ def join(run: ClientRun, truth: dict[str, dict]) -> TruthJoin | None:
                      abs_error_p99_ms=percentile(abs_err, 99), signed_error_p50_ms=percentile(signed, 50),
                      injected_ttft_p50_ms=percentile(injected, 50), served_prompt_tokens_p50=percentile(prompts, 50),
                      server_output_tokens_per_s=sum(r["outputTokens"] for r in rows) / span if span > 0 else float("nan"),
-                     way_in_p50_ms=percentile(way_in, 50), way_out_p50_ms=percentile(way_out, 50),
+                     way_in_p50_ms=percentile(way_in, 50) if way_in else nan,
+                     way_out_p50_ms=percentile(way_out, 50) if way_out else nan,
                      socket_abs_error_p50_ms=percentile(socket_abs, 50) if socket_abs else nan,
                      socket_abs_error_p99_ms=percentile(socket_abs, 99) if socket_abs else nan,
                      socket_signed_error_p50_ms=percentile(socket_signed, 50) if socket_abs else nan)

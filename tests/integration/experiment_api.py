@@ -125,7 +125,26 @@ class Experiments:
         )
 
     def wait_finished(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
-        return self.wait(namespace, name, lambda s: s.get("phase") in ("Decided", "Failed"), timeout, "Decided or Failed")
+        status = self.wait(namespace, name, lambda s: s.get("phase") in ("Decided", "Failed"), timeout, "Decided or Failed")
+        self.settle_events(namespace, name, status)
+        return status
+
+    def settle_events(self, namespace: str, name: str, status: dict[str, Any], timeout: float = 15.0) -> None:
+        """Return once the finishing pass's events are posted.
+
+        The operator writes a pass's status first and posts that pass's events after it, so
+        the status can say Decided a moment before DecisionMade exists. Wait for a closing
+        reason (when Decided) and for two reads half a second apart to agree.
+        """
+        closing = {"DecisionMade", "DecisionUpdated"} if status.get("phase") == "Decided" else set()
+        deadline = time.monotonic() + timeout
+        previous = None
+        while time.monotonic() < deadline:
+            current = [(e["reason"], e["message"]) for e in self.events(namespace, name)]
+            if current == previous and (not closing or closing & {r for r, _ in current}):
+                return
+            previous = current
+            time.sleep(0.5)
 
     def wait_tier_phase(self, namespace: str, name: str, tier_name: str, phase: str, timeout: float) -> dict[str, Any]:
         return self.wait(
@@ -143,6 +162,21 @@ class Experiments:
 
     def reasons(self, namespace: str, name: str) -> list[str]:
         return [e["reason"] for e in self.events(namespace, name) for _ in range(e["count"])]
+
+    def settled_reasons(self, namespace: str, name: str, last: str, timeout: float = 30.0) -> list[str]:
+        """The event reasons once ``last`` is among them and two reads agree.
+
+        The operator writes a pass's status first and posts that pass's events after it,
+        all at once: a test that saw the status may read the events a moment too early.
+        """
+        deadline = time.monotonic() + timeout
+        previous: list[str] | None = None
+        while True:
+            current = self.reasons(namespace, name)
+            if (last in current and current == previous) or time.monotonic() > deadline:
+                return current
+            previous = current
+            time.sleep(0.5)
 
     def children(self, namespace: str, name: str) -> dict[str, list[Any]]:
         """Every object labelled as this experiment's child, by kind (deleting ones included)."""
