@@ -113,6 +113,9 @@ def parse_max_model_len(text: str) -> int | None:
     return value
 
 
+DEFAULT_ARCHITECTURE = "llama-3-8b"  # the model of the H200 calibration data
+
+
 def resolve_architecture(text: str | None, model: str) -> ModelArchitecture:
     """--architecture as a preset name, a config.json path or inline JSON; else the preset the model name matches."""
     if text:
@@ -125,9 +128,12 @@ def resolve_architecture(text: str | None, model: str) -> ModelArchitecture:
             fail("--architecture", f"{exc} (give a preset: {', '.join(preset_names())}; a config.json path; or inline JSON)")
     preset = match_preset_for_model_name(model)
     if preset is None:
-        fail("--architecture", f"not given and model {model!r} matches no preset; pass --architecture (or "
-                               f"KNEEPOINT_SIM_ARCHITECTURE) as a preset ({', '.join(preset_names())}), "
-                               "a config.json path or inline JSON")
+        # A placeholder name (``--model m``) should still start, as a quick try-out does; the
+        # calibrated case stands in, and the log says so and how to choose.
+        log.warning("model %r matches no preset: simulating %s; pass --architecture (or KNEEPOINT_SIM_ARCHITECTURE) "
+                    "as a preset (%s), a config.json path or inline JSON", model, DEFAULT_ARCHITECTURE,
+                    ", ".join(preset_names()))
+        preset = DEFAULT_ARCHITECTURE
     return get_preset(preset)
 
 

@@ -53,7 +53,6 @@ def test_bad_flags_exit_2_with_one_line_naming_the_flag() -> None:
         (["--model", "meta-llama/Llama-3-8B", "--gpu", "tpu-v5"], "--gpu"),
         (["--model", "meta-llama/Llama-3-8B", "--interconnect", "infiniband"], "--interconnect"),
         (["--model", "meta-llama/Llama-3-8B", "--gpu", "l40s", "--interconnect", "nvlink"], "--interconnect"),
-        (["--model", "my-private-model"], "--architecture"),
         (["--model", "m", "--architecture", "no-such-preset"], "--architecture"),
         (["--model", "m", "--architecture", "{not json"], "--architecture"),
         (["--model", "meta-llama/Llama-3-8B", "--dtype", "int3"], "--dtype"),
@@ -124,3 +123,12 @@ def test_max_model_len_spellings() -> None:
     assert parse_max_model_len("auto") is None and parse_max_model_len("-1") is None
     s = settings(["--model", "meta-llama/Llama-3.1-8B", "--max-model-len", "auto"])
     assert s.max_model_len == 131072
+
+
+def test_a_placeholder_model_name_runs_as_the_calibrated_8b_and_says_so(caplog) -> None:
+    """`kneepoint sim --model m --tensor-parallel-size 2 --gpu h200` (the README's try-out) starts."""
+    with caplog.at_level("WARNING", logger="kneepoint.sim"):
+        s = settings(["--model", "m", "--tensor-parallel-size", "2", "--gpu", "h200"])
+    named = settings(["--model", "meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "2", "--gpu", "h200"])
+    assert s.weights_bytes_per_gpu == named.weights_bytes_per_gpu and s.gpus == 2
+    assert "'m' matches no preset: simulating llama-3-8b" in caplog.text
