@@ -17,12 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from kubernetes import client
 
 from kneepoint.kube import manifests, naming
-from kneepoint.sandbox import binaries, helm_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kneepoint"
@@ -66,17 +64,6 @@ class Permission:
 
     def key(self) -> tuple[str, str, str, str]:
         return (self.group, self.resource, self.verb, self.scope)
-
-
-def helm_path() -> Path:
-    """The pinned helm; built on first use (minutes). Skips only when it cannot be built."""
-    found = helm_binary.find_helm()
-    if found is not None:
-        return found
-    try:
-        return helm_binary.ensure_helm()
-    except binaries.BuildError as exc:
-        pytest.skip(f"helm {helm_binary.pins.HELM_VERSION} is not built and cannot be built here: {exc}")
 
 
 def run_helm(helm: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

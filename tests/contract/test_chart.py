@@ -18,7 +18,6 @@ from chart_render import (
     CLUSTER,
     NAMESPACE,
     ROOT,
-    helm_path,
     operator_permissions,
     render,
     rule_permissions,
@@ -42,11 +41,6 @@ ALL_ON: dict[str, Any] = {
         "dcgmExporter": {"serviceMonitor": {"enabled": True}},
     },
 }
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    return helm_path()
 
 
 def _by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -37,6 +37,33 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 CHILD_KINDS = ("deployments", "services", "jobs", "pods", "configmaps")
 
 
+def closing_reasons(status: dict[str, Any]) -> set[str]:
+    """The events the pass that decided posts last (none to wait for after a failure)."""
+    return {"DecisionMade", "DecisionUpdated"} if status.get("phase") == "Decided" else set()
+
+
+def settled_events(read: Callable[[], list[dict[str, Any]]], closing: set[str], timeout: float = 15.0) -> list[dict[str, Any]]:
+    """Events once one of ``closing`` is among them (when given) and two reads half a second apart agree.
+
+    The operator writes a pass's status first and posts that pass's events after it, all at
+    once: a test that saw the status may read the events a moment too early. Past the
+    timeout, the last read.
+    """
+    deadline = time.monotonic() + timeout
+    previous = None
+    while True:
+        current = read()
+        if (current == previous and (not closing or closing & {e["reason"] for e in current})) or time.monotonic() > deadline:
+            return current
+        previous = current
+        time.sleep(0.5)
+
+
+def expand_reasons(events: list[dict[str, Any]]) -> list[str]:
+    """One reason per occurrence (an event's count folds repeats)."""
+    return [e["reason"] for e in events for _ in range(e["count"])]
+
+
 def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     """Deep merge: dicts merge, anything else replaces."""
     out = copy.deepcopy(base)
@@ -126,25 +153,8 @@ class Experiments:
 
     def wait_finished(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
         status = self.wait(namespace, name, lambda s: s.get("phase") in ("Decided", "Failed"), timeout, "Decided or Failed")
-        self.settle_events(namespace, name, status)
+        settled_events(lambda: self.events(namespace, name), closing_reasons(status))
         return status
-
-    def settle_events(self, namespace: str, name: str, status: dict[str, Any], timeout: float = 15.0) -> None:
-        """Return once the finishing pass's events are posted.
-
-        The operator writes a pass's status first and posts that pass's events after it, so
-        the status can say Decided a moment before DecisionMade exists. Wait for a closing
-        reason (when Decided) and for two reads half a second apart to agree.
-        """
-        closing = {"DecisionMade", "DecisionUpdated"} if status.get("phase") == "Decided" else set()
-        deadline = time.monotonic() + timeout
-        previous = None
-        while time.monotonic() < deadline:
-            current = [(e["reason"], e["message"]) for e in self.events(namespace, name)]
-            if current == previous and (not closing or closing & {r for r, _ in current}):
-                return
-            previous = current
-            time.sleep(0.5)
 
     def wait_tier_phase(self, namespace: str, name: str, tier_name: str, phase: str, timeout: float) -> dict[str, Any]:
         return self.wait(
@@ -161,22 +171,11 @@ class Experiments:
         return [{"reason": e.reason, "message": e.message, "type": e.type, "count": e.count or 1} for e in items]
 
     def reasons(self, namespace: str, name: str) -> list[str]:
-        return [e["reason"] for e in self.events(namespace, name) for _ in range(e["count"])]
+        return expand_reasons(self.events(namespace, name))
 
     def settled_reasons(self, namespace: str, name: str, last: str, timeout: float = 30.0) -> list[str]:
-        """The event reasons once ``last`` is among them and two reads agree.
-
-        The operator writes a pass's status first and posts that pass's events after it,
-        all at once: a test that saw the status may read the events a moment too early.
-        """
-        deadline = time.monotonic() + timeout
-        previous: list[str] | None = None
-        while True:
-            current = self.reasons(namespace, name)
-            if (last in current and current == previous) or time.monotonic() > deadline:
-                return current
-            previous = current
-            time.sleep(0.5)
+        """The event reasons once ``last`` is among them and two reads agree (see settled_events)."""
+        return expand_reasons(settled_events(lambda: self.events(namespace, name), {last}, timeout))
 
     def children(self, namespace: str, name: str) -> dict[str, list[Any]]:
         """Every object labelled as this experiment's child, by kind (deleting ones included)."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiment_api import closing_reasons, settled_events
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -155,25 +156,8 @@ class Cluster:
 
     def wait_finished(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
         status = self.wait(namespace, name, is_finished, timeout, "Decided or Failed")
-        self.settle_events(namespace, name, status)
+        settled_events(lambda: self.events(namespace, name), closing_reasons(status))
         return status
-
-    def settle_events(self, namespace: str, name: str, status: dict[str, Any], timeout: float = 15.0) -> None:
-        """Return once the finishing pass's events are posted.
-
-        The operator writes a pass's status first and posts that pass's events after it, so
-        the status can say Decided a moment before DecisionMade exists. Wait for a closing
-        reason (when Decided) and for two reads half a second apart to agree.
-        """
-        closing = {"DecisionMade", "DecisionUpdated"} if status.get("phase") == "Decided" else set()
-        deadline = time.monotonic() + timeout
-        previous = None
-        while time.monotonic() < deadline:
-            current = [(e["reason"], e["message"]) for e in self.events(namespace, name)]
-            if current == previous and (not closing or closing & {r for r, _ in current}):
-                return
-            previous = current
-            time.sleep(0.5)
 
     def children(self, namespace: str, experiment_name: str) -> dict[str, list[str]]:
         """Names of the experiment's children that still exist, per kind (pods included)."""

@@ -29,7 +29,7 @@ import psutil
 import pytest
 import yaml
 
-from kneepoint.sandbox import binaries, helm_binary
+from kneepoint.sandbox import binaries
 
 pytestmark = pytest.mark.slow
 
@@ -46,17 +46,6 @@ def _wait(what: str, check: Callable[[], Any], timeout: float, interval: float =
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{detail()}")
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    found = helm_binary.find_helm()
-    if found is not None:
-        return found
-    try:
-        return helm_binary.ensure_helm()
-    except binaries.BuildError as exc:
-        pytest.skip(f"helm is not built and cannot be built here: {exc}")
 
 
 def _render(helm: Path, release: str, namespace: str, values: dict[str, Any], tmp: Path, include_crds: bool = False) -> list[dict[str, Any]]:

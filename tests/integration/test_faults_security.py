@@ -39,21 +39,9 @@ from kubernetes.client.exceptions import ApiException
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import manifests
-from kneepoint.sandbox import binaries, helm_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kneepoint"
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    found = helm_binary.find_helm()
-    if found is not None:
-        return found
-    try:
-        return helm_binary.ensure_helm()
-    except binaries.BuildError as exc:
-        pytest.skip(f"helm is not built and cannot be built here: {exc}")
 
 
 def render(helm: Path, release: str, namespace: str, values: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:

@@ -225,7 +225,7 @@ def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Experime
     assert poller.duplicated() == {} and poller.recreated() == {}
 
     # One event per tier transition and one for the decision.
-    reasons = Counter(exps.settled_reasons(namespace, name, "DecisionMade"))
+    reasons = Counter(exps.reasons(namespace, name))
     for reason in ("PlanReady", "TierDeploying", "TierReady", "LoadTestStarted", "LoadTestFinished", "TierMeasured", "DecisionMade"):
         assert reasons[reason] == 1, (reason, reasons)
     assert reasons["TierSkipped"] == 3, reasons
@@ -271,7 +271,7 @@ def test_70b_on_h200_skips_tp1_by_estimate_and_stops_by_a_step_rule(large_and_pc
     check_recommendation(exps, namespace, name, obj)
     check_conditions_current(obj)
     check_gpu_minutes(status)
-    assert Counter(exps.settled_reasons(namespace, name, "DecisionMade"))["TierMeasured"] == len(measured)
+    assert Counter(exps.reasons(namespace, name))["TierMeasured"] == len(measured)
 
 
 def test_14b_on_pcie_l40s_keeps_tp1_when_tp2_loses_to_communication(large_and_pcie: Started) -> None:

@@ -118,7 +118,7 @@ def test_operator_killed_while_load_testing_resumes_without_measuring_twice(
     for reason in ("TierReady", "LoadTestStarted"):
         counts = _per_tier(exps, killed_ns, name, reason)
         assert all(counts[label] == 1 for label in labels - {"TP4"}) and counts["TP4"] <= 1, (reason, counts)
-    assert Counter(exps.settled_reasons(killed_ns, name, "DecisionMade"))["DecisionMade"] == 1
+    assert Counter(exps.reasons(killed_ns, name))["DecisionMade"] == 1
     # No child existed twice at once, none was deleted and created again, one Job per tier.
     assert poller.duplicated() == {} and poller.recreated() == {}, (poller.duplicated(), poller.recreated())
     jobs = sorted(n for (ns, kind, n) in poller.uids if ns == killed_ns and kind == "jobs")

@@ -204,7 +204,6 @@ class Engine:
         self._fault_rng = random.Random(settings.seed + 2)
         self._wall_offset = time.time() - loop.time()
         self._truth: IO[str] | None = open(settings.truth_log, "a", encoding="utf-8") if settings.truth_log else None
-        self._truth_handles: dict[str, RequestHandle] = {}  # HTTP-side stamps for the truth log
         self._stopping = False
 
     # -- state ---------------------------------------------------------------------------------
@@ -258,12 +257,9 @@ class Engine:
         handle.prepare(finish_reason)
         self.scheduler.add_request(handle.request_id, handle.prompt_tokens, handle.max_tokens, finish_reason=finish_reason)
         self.handles[handle.request_id] = handle
-        if self._truth is not None:
-            self._truth_handles[handle.request_id] = handle
         self._wake.set()
 
     def abort(self, handle: RequestHandle) -> None:
-        self._truth_handles.pop(handle.request_id, None)
         if self.handles.pop(handle.request_id, None) is not None:
             self.scheduler.abort_request(handle.request_id)
             self.metrics.record_abort()
@@ -306,7 +302,7 @@ class Engine:
             scale = step.duration / st.seconds if st.seconds > 0 else 1.0
             self.telemetry.record(end, step.duration, st.comm_seconds * scale, st.link_bytes_per_gpu,
                                   step.num_tokens, step.work.sampled_seqs)
-            self._deliver(outcome)
+            finished = self._deliver(outcome)
             # Let the woken responses write their tokens before the next step is scheduled:
             # vLLM's API server streams outputs while the engine core computes the next
             # step, so a token's delivery does not wait for the next step's bookkeeping.
@@ -314,15 +310,17 @@ class Engine:
             self.metrics.record_step(step, outcome)
             if self._truth is not None:
                 for req in outcome.finished:
-                    self._write_truth(req)
+                    self._write_truth(req, finished.get(req.request_id))
             if self._truth is not None and end - last_flush > 1.0:
                 self._truth.flush()
                 last_flush = end
         if self._truth is not None:
             self._truth.close()
 
-    def _deliver(self, outcome: StepOutcome) -> None:
+    def _deliver(self, outcome: StepOutcome) -> dict[str, RequestHandle]:
+        """Hand each request its token; returns the handles of the requests that finished."""
         handles = self.handles
+        finished = {}
         for req in outcome.tokens:
             handle = handles.get(req.request_id)
             if handle is None:
@@ -330,9 +328,10 @@ class Engine:
             last = req.finish_time is not None
             handle.on_token(last)
             if last:
-                del handles[req.request_id]
+                finished[req.request_id] = handles.pop(req.request_id)
+        return finished
 
-    def _write_truth(self, req: SimRequest) -> None:
+    def _write_truth(self, req: SimRequest, handle: RequestHandle | None) -> None:
         w = self._wall_offset
         first, end, sched = req.first_token_time, req.finish_time, req.first_scheduled_time
         assert first is not None and end is not None and sched is not None and self._truth is not None
@@ -349,7 +348,6 @@ class Engine:
         # The HTTP side: when the handler started and when the first token's bytes went to the
         # connection. firstWrite - received is the TTFT at the server's socket, which a client
         # can be held to; ttftSeconds is the modelled engine's.
-        handle = self._truth_handles.pop(req.request_id, None)
         received = handle.received_at if handle is not None else None
         written = handle.first_write_at if handle is not None else None
         record["received"] = None if received is None else round(received + w, 6)

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 from typing import Any
 
 from kneepoint.core.tiers import Tier
@@ -19,15 +18,9 @@ from kneepoint.kube import naming
 from kneepoint.reconciler import Reconciler, WaitQueue
 from kneepoint.settings import OperatorSettings
 
+from fake_cluster import FakeApi, node
+
 NOW = 1_800_000_000.0
-
-
-def node(name: str, gpus: int = 8) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H200", "kneepoint.io/nvlink-domain-size": str(gpus),
-                                              "kneepoint.io/interconnect": "nvlink", "kneepoint.io/nvlink-domain": f"{name}-nvl0"}},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]},
-    }  # fmt: skip
 
 
 def gpu_pod(name: str, node_name: str, gpus: int, labels: dict[str, str] | None = None, namespace: str = "ns") -> dict[str, Any]:
@@ -45,58 +38,6 @@ def experiment(name: str) -> dict[str, Any]:
         "spec": {"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "architecture": {"preset": "llama-3-8b"}},
                  "tiers": {"tensorParallel": [8]}, "placement": {"gpuProduct": "NVIDIA-H200"}},
     }  # fmt: skip
-
-
-class FakeApi:
-    """The reader and writer the reconciler needs, over dicts."""
-
-    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.nodes_list, self.pods = nodes, pods
-        self.created: list[dict[str, Any]] = []
-
-    async def experiment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self.objects.get(name))
-
-    async def nodes(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.nodes_list)
-
-    async def active_pods_on_nodes(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.pods)
-
-    async def config_map(self, namespace: str, name: str) -> None:
-        return None
-
-    async def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return next((copy.deepcopy(b) for b in self.created if b["kind"] == "Deployment" and b["metadata"]["name"] == name), None)
-
-    async def engine_pods(self, *args: Any) -> list[dict[str, Any]]:
-        return []
-
-    async def create(self, body: dict[str, Any]) -> bool:
-        if any(b["kind"] == body["kind"] and b["metadata"]["name"] == body["metadata"]["name"] for b in self.created):
-            return False  # 409: it exists
-        self.created.append(body)
-        return True
-
-    async def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        obj = self.objects[name]
-        obj["status"] = _merge(obj.get("status") or {}, patch)
-
-    async def post_event(self, *args: Any) -> None:
-        return None
-
-
-def _merge(base: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict) or not isinstance(base, dict):
-        return patch
-    out = dict(base)
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out
 
 
 def tier_phase(api: FakeApi, name: str) -> str:

@@ -4,7 +4,6 @@ check and its reservation, and no periodic re-reads of finished experiments (doc
 from __future__ import annotations
 
 import asyncio
-import copy
 import math
 from typing import Any
 
@@ -12,13 +11,7 @@ from kneepoint.handlers.experiment import _sleep
 from kneepoint.reconciler import Reconciler
 from kneepoint.settings import OperatorSettings
 
-
-def node(name: str, gpus: int = 8) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H200", "kneepoint.io/nvlink-domain-size": str(gpus),
-                                              "kneepoint.io/interconnect": "nvlink", "kneepoint.io/nvlink-domain": f"{name}-nvl0"}},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]},
-    }
+from fake_cluster import FakeApi, node
 
 
 def experiment(name: str) -> dict[str, Any]:
@@ -28,76 +21,6 @@ def experiment(name: str) -> dict[str, Any]:
         "spec": {"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct"}, "mode": "Measure",
                  "tiers": {"tensorParallel": [4, 8]}, "placement": {"gpuProduct": "NVIDIA-H200"}},
     }
-
-
-class FakeApi:
-    """Reader and writer over in-memory objects; counts calls; writes yield to the loop like real I/O."""
-
-    def __init__(self, nodes: list[dict[str, Any]]) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.nodes_list = nodes
-        self.calls: list[str] = []
-        self.created: list[dict[str, Any]] = []
-        self.lock_held_during_writes: list[bool] = []
-        self.ledger_lock: asyncio.Lock | None = None
-
-    async def _io(self, what: str) -> None:
-        self.calls.append(what)
-        await asyncio.sleep(0)
-
-    # reader
-    async def experiment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        await self._io("experiment")
-        return copy.deepcopy(self.objects.get(name))
-
-    async def nodes(self) -> list[dict[str, Any]]:
-        await self._io("nodes")
-        return copy.deepcopy(self.nodes_list)
-
-    async def active_pods_on_nodes(self) -> list[dict[str, Any]]:
-        await self._io("pods")
-        return []
-
-    async def config_map(self, namespace: str, name: str) -> None:
-        await self._io("config_map")
-
-    async def deployment(self, namespace: str, name: str) -> None:
-        await self._io("deployment")
-
-    async def engine_pods(self, *args: Any) -> list[dict[str, Any]]:
-        await self._io("engine_pods")
-        return []
-
-    # writer
-    async def create(self, body: dict[str, Any]) -> bool:
-        self.lock_held_during_writes.append(bool(self.ledger_lock and self.ledger_lock.locked()))
-        await self._io("create")
-        self.created.append(body)
-        return True
-
-    async def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        await self._io("patch_status")
-        obj = self.objects[name]
-        obj["status"] = _merge(obj.get("status") or {}, patch.get("status", patch))
-
-    async def post_event(self, *args: Any) -> None:
-        await self._io("event")
-
-    async def delete_all(self, *args: Any) -> int:
-        await self._io("delete_all")
-        return 0
-
-
-def _merge(base: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict) or not isinstance(base, dict):
-        return patch
-    out = dict(base)
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out
 
 
 def reconciler(api: FakeApi, clock: list[float], cache_seconds: float = 2.0) -> Reconciler:
