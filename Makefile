@@ -1,18 +1,26 @@
 # kneepoint developer entry points. `make demo` and `make test` are the README's two commands;
-# both work on a fresh machine: they create .venv, install the pinned dependencies, and the
+# both work on a fresh machine: they create .venv, install the locked dependencies, and the
 # sandbox builds its control-plane binaries into ~/.cache/kneepoint on first use.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+# The lock files (requirements/lock.py writes them): exact versions and hashes of every
+# distribution, transitive ones included; the images install from the same files.
+LOCKS := requirements/build.txt requirements/test.txt
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCKS) | sha256sum | cut -c1-12)
 
-.PHONY: demo test unit integration lint sandbox-up sandbox-down clean-venv
+.PHONY: demo test unit integration lint images sandbox-up sandbox-down clean-venv
 
-$(STAMP): pyproject.toml
+# pip, setuptools and wheel first (pinned), then the locked set, then kneepoint itself
+# without dependencies or build isolation: nothing unlocked is installed; pip check proves
+# the lock complete.
+$(STAMP): pyproject.toml $(LOCKS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements/build.txt
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements/test.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 ## demo: bring up the sandbox, run the operator, apply deploy/examples/experiment.yaml, watch it decide
@@ -32,6 +40,12 @@ integration: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
+
+## images: build both images with buildah on a debootstrap Debian base, run them as the
+## cluster does (non-root, read-only root filesystem), print their sizes (docs/install.md).
+## Needs root; installs buildah, debootstrap and runc with apt-get when missing.
+images:
+	$(PYTHON) docker/images.py
 
 sandbox-up: $(STAMP)
 	$(BIN)/kneepoint sandbox up

