@@ -33,7 +33,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra tests
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit tests/contract
+	$(BIN)/python -m pytest -q tests/unit tests/contract tests/images
 
 integration: $(STAMP)
 	$(BIN)/python -m pytest -q -ra tests/integration

@@ -655,7 +655,9 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, float] = {}
     summary: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
+        step = time.monotonic()
         ensure_tools()
+        timings["tools_s"] = round(time.monotonic() - step, 1)
         if args.base:
             base, pull = args.base, "missing"
         else:
@@ -668,12 +670,16 @@ def main(argv: list[str] | None = None) -> int:
         tags = {image.dockerfile: f"{image.repository}:{chart_tag}" for image in images()}
         for image in images():
             timings[f"build {image.dockerfile}_s"] = build(image, tags[image.dockerfile], base, pull)
+        step = time.monotonic()
         checks = run_checks(tags, version)
+        timings["checks_s"] = round(time.monotonic() - step, 1)
         summary["checks"] = [check.__dict__ for check in checks]
         summary["sizes"] = {}
         if not args.no_sizes:
-            for tag in tags.values():
+            step = time.monotonic()
+            for tag in [base, *tags.values()]:
                 summary["sizes"][tag] = sizes(tag)
+            timings["sizes_s"] = round(time.monotonic() - step, 1)
     except Missing as error:
         print(f"make images: {error}", file=sys.stderr)
         return 2

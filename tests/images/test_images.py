@@ -31,6 +31,7 @@ import yaml
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import manifests
+from kneepoint.settings import OperatorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -231,6 +232,8 @@ def test_chart_reference_is_values_and_app_version_and_the_monitors_match_it() -
     repository, tag = images.chart_reference()
     assert re.fullmatch(regex.group(1), f"{repository}:{tag}")
     assert not re.fullmatch(regex.group(1), f"{repository}-loadgen:{tag}")
+    # The operator's own default for its Jobs and engines (KNEEPOINT_IMAGE unset) is it too.
+    assert OperatorSettings().operator_image == manifests.BuildContext().operator_image == f"{repository}:{tag}"
 
 
 def test_every_dockerfile_is_built() -> None:
