@@ -17,10 +17,12 @@
 4. Check: each image runs under runc the way its pod runs it: the image's own USER,
    ENTRYPOINT, ENV and WORKDIR, the root filesystem read-only, no capabilities, no
    privilege escalation, and writable only what the pod mounts (WORKLOADS below). Main
-   image: ``kneepoint --version``, ``kneepoint operator --help``, ``kneepoint sim`` in the
-   background and ``kneepoint loadgen`` against it (its summary read back from
-   /dev/termination-log, as the operator reads it). Load-generator image: ``kneepoint
-   --version`` and its loadgen against a simulator from the main image (it has none).
+   image: ``kneepoint --version``, its venv holds exactly requirements/runtime.txt's
+   versions, ``kneepoint operator --help``, ``kneepoint sim`` in the background and
+   ``kneepoint loadgen`` against it (its summary read back from /dev/termination-log, as
+   the operator reads it). Load-generator image: ``kneepoint --version``, its venv is
+   requirements/loadgen.txt, and its loadgen against a simulator from the main image (it
+   has none).
 5. Sizes: every image's size as buildah stores it (uncompressed) and the sum of its layers
    gzip-compressed (about what a push sends and a pull fetches).
 
@@ -148,12 +150,12 @@ def missing_tools() -> list[str]:
 
 def ensure_tools() -> None:
     if os.geteuid() != 0:
-        raise Missing("make images needs root (debootstrap, and buildah/runc without user namespaces set up)")
+        raise Missing("needs root (debootstrap, and buildah/runc without user namespaces set up)")
     packages = missing_tools()
     if not packages:
         return
     if shutil.which("apt-get") is None:
-        raise Missing(f"make images needs {', '.join(packages)} (Debian packages of those names) and no apt-get is here")
+        raise Missing(f"needs {', '.join(packages)} (Debian packages of those names) and no apt-get is here")
     log(f"installing {' '.join(packages)} with apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     run(["apt-get", "update", "-q"], env=env, timeout=600)
@@ -521,6 +523,33 @@ def expect(code: int, output: str, wanted: str, what: str) -> None:
         raise Failed(f"{what}: exit {code}, expected {wanted!r} in the output:\n{output[-3000:]}")
 
 
+def lock_versions(name: str) -> dict[str, str]:
+    """``name -> version`` of a requirements/ lock file (names normalized as pip does)."""
+    text = (ROOT / "requirements" / name).read_text()
+    return {re.sub(r"[-_.]+", "-", m.group(1)).lower(): m.group(2) for m in re.finditer(r"^([A-Za-z0-9._-]+)==(\S+)", text, re.M)}
+
+
+# Prints every distribution in the image's venv as name==version (pip is removed there).
+LIST_DISTRIBUTIONS = (
+    "import importlib.metadata as m, re\n"
+    "for d in m.distributions(): print(re.sub(r'[-_.]+', '-', d.metadata['Name']).lower() + '==' + d.version)\n"
+)
+
+
+def check_locked(image: str, lock: str, version: str) -> str:
+    """The image's venv holds exactly the lock's versions (the test suite's) and kneepoint."""
+    code, output, _ = run_once(image, WORKLOADS["operator"], ["python3", "-c", LIST_DISTRIBUTIONS])
+    if code != 0:
+        raise Failed(f"listing the distributions failed ({code}):\n{output[-2000:]}")
+    found = dict(line.split("==", 1) for line in output.split() if "==" in line)
+    wanted = {**lock_versions(lock), "kneepoint": version}
+    if found != wanted:
+        extra = sorted(set(found.items()) - set(wanted.items()))
+        missing = sorted(set(wanted.items()) - set(found.items()))
+        raise Failed(f"the venv differs from requirements/{lock}: extra {extra}, missing {missing}")
+    return f"{len(found)} distributions, all at requirements/{lock}'s versions"
+
+
 def loadgen_argv(port: int) -> list[str]:
     """A short fixed workload (the operator's Job passes the same kind of flags)."""
     return [
@@ -592,10 +621,12 @@ def run_checks(tags: dict[str, str], version: str) -> list[Check]:
 
     attempt(main, "USER is the chart's non-root runAsUser", lambda: config_check(main))
     attempt(main, "kneepoint --version (read-only root, /tmp emptyDir)", main_version)
+    attempt(main, "its venv is requirements/runtime.txt exactly", lambda: check_locked(main, "runtime.txt", version))
     attempt(main, "kneepoint operator --help (read-only root, /tmp emptyDir)", main_operator_help)
     attempt(main, "kneepoint loadgen against kneepoint sim, both from this image (read-only roots)", lambda: check_loadgen_against_sim(main, main, entrypoint(image_config(main)) + ["loadgen"]))
     attempt(loadgen, "USER is the chart's non-root runAsUser", lambda: config_check(loadgen))
     attempt(loadgen, "kneepoint --version (read-only root)", loadgen_version)
+    attempt(loadgen, "its venv is requirements/loadgen.txt exactly", lambda: check_locked(loadgen, "loadgen.txt", version))
     attempt(loadgen, "its ENTRYPOINT (kneepoint loadgen) against kneepoint sim from the main image", lambda: check_loadgen_against_sim(main, loadgen, entrypoint(image_config(loadgen))))
     return results
 

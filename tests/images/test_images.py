@@ -261,7 +261,7 @@ def test_make_images_builds_and_the_in_image_checks_pass() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr[-8000:]
     summary = json.loads((images.CACHE / "last-run.json").read_text())
     checks = summary["checks"]
-    assert len(checks) == 7 and all(c["passed"] for c in checks), checks
+    assert len(checks) == 9 and all(c["passed"] for c in checks), checks
     names = " ".join(c["name"] for c in checks)
-    for wanted in ("--version", "operator --help", "loadgen against kneepoint sim"):
+    for wanted in ("--version", "operator --help", "loadgen against kneepoint sim", "requirements/runtime.txt exactly"):
         assert wanted in names
