@@ -415,6 +415,7 @@ class Container:
     work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kneepoint-check-")))
     proc: subprocess.Popen[str] | None = None
     termination_log: Path | None = None
+    log: Any = None  # the container's stdout and stderr, a file in ``work``
 
     def start(self) -> Container:
         self.id = f"kneepoint-check-{os.getpid()}-{next(_SEQUENCE)}"
