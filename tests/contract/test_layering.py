@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "operator" / "kneepoint" / "core"
 CONFIG = ROOT / ".importlinter"
 
-# What STYLE.md section 6 says the core must never import.
+# What the core must never import (docs/architecture.md, "Layers").
 CORE_FORBIDDEN = {
     "kopf",
     "kubernetes",
