@@ -32,8 +32,8 @@ RUN python3 -m venv /tmp/build \
  && /opt/kneepoint/bin/pip install --require-hashes --no-deps --requirement /tmp/requirements/runtime.txt
 
 WORKDIR /src
-# pyproject.toml names README.md as the package's readme, so the wheel build needs it.
-COPY pyproject.toml README.md ./
+# pyproject.toml names README.md as the package's readme; setuptools puts LICENSE in the wheel.
+COPY pyproject.toml README.md LICENSE ./
 COPY operator ./operator
 
 # The wheel is built with the locked setuptools (no build isolation, so nothing unpinned is

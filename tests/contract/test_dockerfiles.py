@@ -324,7 +324,7 @@ def _readable_tempdir() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def wheel() -> Iterator[Path]:
-    """The wheel built from exactly what the Dockerfile copies (pyproject.toml, README.md, operator/)."""
+    """The wheel built from exactly what the Dockerfile copies (pyproject.toml, README.md, LICENSE, operator/)."""
     if not (ROOT / "README.md").exists():
         pytest.skip("README.md (pyproject.toml's readme) does not exist yet: the wheel, and so the image, cannot be built")
     for context in _readable_tempdir():
@@ -332,6 +332,7 @@ def wheel() -> Iterator[Path]:
         src.mkdir()
         shutil.copy(ROOT / "pyproject.toml", src)
         shutil.copy(ROOT / "README.md", src)
+        shutil.copy(ROOT / "LICENSE", src)
         shutil.copytree(ROOT / "operator", src / "operator", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(context / "wheels"), str(src)],
