@@ -587,6 +587,7 @@ class Reconciler:
         build = manifests.BuildContext(
             operator_image=self.settings.operator_image,
             architecture_json=ctx.get("architecture_json"),
+            architecture=obs.architecture,
             gpu_product=ctx.get("gpu_product") or spec.placement.gpu_product,
             require_nvlink=bool(ctx.get("require_nvlink", True)),
             pretend_termination_message=self.settings.sandbox_pretend_termination_message,

@@ -133,10 +133,16 @@ def measurement_hash(spec: ExperimentSpec) -> str:
 
     A change here invalidates measured tiers; a change elsewhere only re-decides.
     """
+    engine = to_json(spec.engine)
+    for later in ("modelCache", "resources"):
+        # Fields added after experiments existed: left unset, they keep those experiments' hash (an operator
+        # upgrade must not restart their ladders).
+        if not engine.get(later):
+            engine.pop(later, None)
     parts = {
         "model": to_json(spec.model),
         "mode": spec.mode,
-        "engine": to_json(spec.engine),
+        "engine": engine,
         "tiers": to_json(spec.tiers),
         "load": to_json(spec.load),
         "placement": to_json(spec.placement),
