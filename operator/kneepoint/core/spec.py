@@ -25,6 +25,10 @@ ENDPOINTS = ("Completions", "ChatCompletions")
 WINNER_POLICIES = ("Delete", "Keep")
 INTERCONNECTS = ("auto", "nvlink", "pcie")
 TP_SIZES = (1, 2, 4, 8, 16, 32, 64)
+CHAT_TEMPLATE_ALLOWANCE_TOKENS = 64
+"""Room a ChatCompletions load leaves in maxModelLen for the model's chat template, which vLLM adds to the prompt:
+Llama-3.1-Instruct's adds about 35 tokens (issue 13); 64 leaves room for other instruct templates. Without it a
+prompt near maxModelLen gets its max_tokens clamped by vLLM, and the tier measures a shorter output."""
 MODEL_URI_PATTERN = r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.*|sim://.+)$"
 
 
@@ -553,6 +557,16 @@ def _cross_field_checks(spec: ExperimentSpec, errors: list[FieldError]) -> None:
                 "spec.load.inputLen",
                 f"load.inputLen + load.outputLen ({spec.load.input_len} + {spec.load.output_len} = "
                 f"{spec.load.input_len + spec.load.output_len}) must be at most model.maxModelLen ({spec.model.max_model_len})",
+            )
+        )
+    used = spec.load.input_len + spec.load.output_len
+    if spec.load.endpoint == "ChatCompletions" and used <= spec.model.max_model_len < used + CHAT_TEMPLATE_ALLOWANCE_TOKENS:
+        errors.append(
+            FieldError(
+                "spec.load.inputLen",
+                f"with load.endpoint ChatCompletions, load.inputLen + load.outputLen ({used}) + {CHAT_TEMPLATE_ALLOWANCE_TOKENS} "
+                f"tokens for the chat template must be at most model.maxModelLen ({spec.model.max_model_len}); lower "
+                "inputLen or outputLen, or raise maxModelLen",
             )
         )
     arch = spec.model.architecture
