@@ -193,7 +193,9 @@ class EngineSpec:
         "How long the engine may take from container start to answering /health (its startupProbe) before the kubelet "
         "restarts the container. Real vLLM 0.24 took 136 s for Llama-3.1-8B on one H200 (29 s of it torch.compile, 57 s "
         "engine init) with weights at hand; a first download of the weights comes on top. Default: "
-        "budget.tierTimeoutSeconds, so the kubelet never gives up before the operator does.",
+        "budget.tierTimeoutSeconds + 60, so the kubelet never restarts a start the operator still waits for (the "
+        "operator fails the tier at budget.tierTimeoutSeconds). A shorter value restarts a start that hangs (a "
+        "restarted container keeps its model cache).",
         default=None,
         minimum=10,
     )

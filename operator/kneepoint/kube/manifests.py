@@ -159,6 +159,9 @@ PER_GPU_MEMORY_BYTES = 2 * GIB
 SCRATCH_STORAGE_BYTES = 10 * GIB
 """Ephemeral storage besides downloaded weights: compile cache, logs (an allowance)."""
 STARTUP_PROBE_PERIOD_SECONDS = 10
+STARTUP_MARGIN_SECONDS = 60
+"""The default allowance outlasts the operator's own deadline (budget.tierTimeoutSeconds) by this much, so the
+kubelet never restarts a start the operator still waits for; the operator fails the tier first."""
 
 
 def model_cache(spec: ExperimentSpec) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
@@ -199,10 +202,10 @@ def engine_resource_requests(spec: ExperimentSpec, tier: Tier, ctx: BuildContext
 
 
 def engine_startup_probe(spec: ExperimentSpec) -> dict[str, Any]:
-    """The start-up allowance: /health polled every 10 s for engine.startupTimeoutSeconds (default the tier timeout)
-    before the kubelet restarts the container. No liveness probe follows: a restart in the middle of a load test
-    would spoil the measurement, and a dead vLLM engine exits by itself."""
-    seconds = spec.engine.startup_timeout_seconds or spec.budget.tier_timeout_seconds
+    """The start-up allowance: /health polled every 10 s for engine.startupTimeoutSeconds (default the tier timeout
+    + 60 s) before the kubelet restarts the container. No liveness probe follows: a restart in the middle of a load
+    test would spoil the measurement, and a dead vLLM engine exits by itself."""
+    seconds = spec.engine.startup_timeout_seconds or spec.budget.tier_timeout_seconds + STARTUP_MARGIN_SECONDS
     return {
         "httpGet": {"path": "/health", "port": ENGINE_PORT_NAME},
         "periodSeconds": STARTUP_PROBE_PERIOD_SECONDS,
