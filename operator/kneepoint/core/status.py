@@ -142,7 +142,8 @@ class TierResult:
         default=None,
     )
     gpu_product: str | None = api_field(
-        "GPU product (node label nvidia.com/gpu.product) of the node the tier was placed on, recorded at placement. Later "
+        "GPU product (node label nvidia.com/gpu.product) of the node the tier was placed on (in Simulate mode: the product "
+        "simulated), recorded at placement. Later "
         "passes take the tier's GPU type from it (needed memory, the memory rule), also when the experiment picks its "
         "nodes with placement.nodeSelector instead of placement.gpuProduct.",
         default=None,
