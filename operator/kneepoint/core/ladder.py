@@ -783,9 +783,7 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
     p.event(
         reasons.TIER_MEASURED,
         f"{tier.label} measured: {measured.output_tokens_per_second or 0:.0f} tok/s, P99 {measured.latency_p99_ms or 0:.0f} ms, "
-        f"needed {measured.peak_memory_gi_b if measured.peak_memory_gi_b is not None else '?'} GiB/GPU"
-        + (f" (KV pool: {measured.peak_memory_source})" if measured.peak_memory_source else "")
-        + ", "
+        f"needed {measured.peak_memory_gi_b if measured.peak_memory_gi_b is not None else '?'} GiB/GPU, "
         f"comm {measured.comm_fraction if measured.comm_fraction is not None else 'n/a'}",
     )
     _decide_or_continue(p)

@@ -214,17 +214,18 @@ def engine_startup_probe(spec: ExperimentSpec) -> dict[str, Any]:
     }
 
 
-def _with_vllm_pod_needs(
-    spec: ExperimentSpec, tier: Tier, ctx: BuildContext, container: dict[str, Any], volumes: list[dict[str, Any]], gpus_in_pod: int
-) -> None:
-    """Give a Measure-mode engine container its model cache and resource requests (the start-up allowance both modes have)."""
+def _with_model_cache(spec: ExperimentSpec, container: dict[str, Any], volumes: list[dict[str, Any]]) -> None:
+    """Mount the model cache into a Measure-mode engine container and point HF_HOME / VLLM_CACHE_ROOT at it."""
     volume, mount, env = model_cache(spec)
     volumes.append(volume)
     container["volumeMounts"].append(mount)
     taken = {e["name"] for e in container["env"]}
     container["env"] = [e for e in env if e["name"] not in taken] + container["env"]  # engine.env wins
-    gpu = {spec.placement.gpu_resource: str(gpus_in_pod)}
-    container["resources"] = {"requests": {**engine_resource_requests(spec, tier, ctx, gpus_in_pod), **gpu}, "limits": gpu}
+
+
+def _with_resource_requests(spec: ExperimentSpec, tier: Tier, ctx: BuildContext, container: dict[str, Any], gpus_in_pod: int) -> None:
+    """Add cpu, memory and ephemeral-storage requests for ``gpus_in_pod`` GPUs to the container's (GPU) resources."""
+    container.setdefault("resources", {}).setdefault("requests", {}).update(engine_resource_requests(spec, tier, ctx, gpus_in_pod))
 
 
 def _node_affinity(tier: Tier, ctx: BuildContext, preferred_node: str | None) -> dict[str, Any] | None:
@@ -297,12 +298,23 @@ def build_engine_deployment(
             }
         )
     else:
-        container.update({"image": spec.engine.image, "args": vllm_args(spec, tier)})
-        _with_vllm_pod_needs(spec, tier, ctx, container, volumes, gpus)
+        container.update(
+            {
+                "image": spec.engine.image,
+                "args": vllm_args(spec, tier),
+                "resources": {
+                    "requests": {spec.placement.gpu_resource: str(gpus)},
+                    "limits": {spec.placement.gpu_resource: str(gpus)},
+                },
+            }
+        )
     if spec.model.uri.startswith("pvc://"):
         claim = spec.model.uri[len("pvc://") :].partition("/")[0]
         volumes.append({"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
         container["volumeMounts"].append({"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True})
+    if not simulate:
+        _with_model_cache(spec, container, volumes)
+        _with_resource_requests(spec, tier, ctx, container, gpus)
 
     pod_spec: dict[str, Any] = {
         "containers": [container],
@@ -407,12 +419,14 @@ def build_engine_leader_worker_set(
     deployment = build_engine_deployment(spec, owner, tier, ctx)
     labels = naming.child_labels(owner.name, tier, naming.ROLE_ENGINE)
     template = deployment["spec"]["template"]
-    # One pod per pipeline stage: TP GPUs each, and requests sized for them.
-    pod = template["spec"]
-    pod["volumes"] = [v for v in pod["volumes"] if v["name"] != MODEL_CACHE_VOLUME]
-    pod["containers"][0]["volumeMounts"] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] != MODEL_CACHE_VOLUME]
-    _with_vllm_pod_needs(spec, tier, ctx, pod["containers"][0], pod["volumes"], tier.tensor_parallel)
+    gpus = str(tier.tensor_parallel)
+    template["spec"]["containers"][0]["resources"] = {
+        "requests": {spec.placement.gpu_resource: gpus},
+        "limits": {spec.placement.gpu_resource: gpus},
+    }
     base_args = vllm_args(spec, tier)
+    # cpu, memory and ephemeral storage for one pod of the group: TP GPUs and their weights.
+    _with_resource_requests(spec, tier, ctx, template["spec"]["containers"][0], tier.tensor_parallel)
 
     leader = copy.deepcopy(template)
     leader["metadata"]["labels"] = {**labels, naming.LABEL_GROUP_ROLE: naming.GROUP_LEADER}

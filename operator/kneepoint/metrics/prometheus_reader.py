@@ -48,11 +48,10 @@ class PrometheusReader:
         seconds = promql.range_seconds(start, end, self.scrape_interval)
         queries = promql.window_queries(namespace, pod_prefix, seconds)
         values: dict[str, float | None] = {}
-        pool = promql.cache_config_query(namespace, pod_prefix, seconds)
         try:
+            pool_series = await asyncio.to_thread(self._query, promql.cache_config_query(namespace, pod_prefix, seconds).expr, end)
             for q in queries:
                 values[q.name] = _scalar(await asyncio.to_thread(self._query, q.expr, end))
-            pool_series = await asyncio.to_thread(self._query, pool.expr, end)
         except Exception as exc:  # connection refused, timeouts, HTTP errors: all mean "not now"
             log.warning("Prometheus at %s failed: %s", self.url, exc)
             return MetricWindow(error=f"{type(exc).__name__}: {exc}"[:300])

@@ -19,8 +19,6 @@ FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
 NVLINK_TX = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # bytes/s
 KV_USAGE = "vllm:kv_cache_usage_perc"  # fraction 0-1
-PREEMPTIONS = "vllm:num_preemptions_total"  # counter
-COMM_FRACTION = "kneepoint_sim_comm_fraction"  # simulator-only gauge (CONTRACTS C)
 CACHE_CONFIG_INFO = "vllm:cache_config_info"  # gauge = 1; the engine's KV pool is in its labels
 # Labels of CACHE_CONFIG_INFO that size the pool. vLLM 0.24/0.33 write kv_cache_size_tokens
 # (= num_gpu_blocks x block_size, from the engine handshake; a real scrape:
@@ -28,6 +26,8 @@ CACHE_CONFIG_INFO = "vllm:cache_config_info"  # gauge = 1; the engine's KV pool 
 POOL_TOKENS_LABEL = "kv_cache_size_tokens"
 POOL_BLOCKS_LABEL = "num_gpu_blocks"
 BLOCK_SIZE_LABEL = "block_size"
+PREEMPTIONS = "vllm:num_preemptions_total"  # counter
+COMM_FRACTION = "kneepoint_sim_comm_fraction"  # simulator-only gauge (CONTRACTS C)
 
 
 @dataclass(frozen=True)
@@ -58,22 +58,6 @@ def _both(metric: str, inner: str, sel: tuple[str, str]) -> str:
     return f"({inner.format(m=f'{metric}{{{a}}}')}) or ({inner.format(m=f'{metric}{{{b}}}')})"
 
 
-def window_queries(namespace: str, pod_prefix: str, seconds: int) -> list[WindowQuery]:
-    """The queries the operator runs for one tier."""
-    sel = pod_selectors(namespace, pod_prefix)
-    r = f"[{seconds}s]"
-    return [
-        WindowQuery(FB_USED, f"max({_both(FB_USED, 'max_over_time({m}' + r + ')', sel)})"),
-        WindowQuery(KV_USAGE, f"max({_both(KV_USAGE, 'max_over_time({m}' + r + ')', sel)})"),
-        # max - min over the window rather than increase(): a short load test may leave one
-        # sample in the window, where increase() returns nothing but the answer is 0.
-        WindowQuery(PREEMPTIONS, f"sum({_both(PREEMPTIONS, '(max_over_time({m}' + r + ') - min_over_time({m}' + r + '))', sel)})"),
-        WindowQuery(GPU_UTIL, f"avg({_both(GPU_UTIL, 'avg_over_time({m}' + r + ')', sel)})"),
-        WindowQuery(NVLINK_TX, f"avg({_both(NVLINK_TX, 'avg_over_time({m}' + r + ')', sel)})"),
-        WindowQuery(COMM_FRACTION, f"avg({_both(COMM_FRACTION, 'avg_over_time({m}' + r + ')', sel)})"),
-    ]
-
-
 def cache_config_query(namespace: str, pod_prefix: str, seconds: int) -> WindowQuery:
     """The engine's cache_config_info labels that size its KV pool (one series per distinct pool)."""
     sel = pod_selectors(namespace, pod_prefix)
@@ -100,3 +84,20 @@ def pool_tokens(labels: Mapping[str, str]) -> int | None:
         return tokens
     blocks, size = number(POOL_BLOCKS_LABEL), number(BLOCK_SIZE_LABEL)
     return blocks * size if blocks is not None and size is not None else None
+
+
+def window_queries(namespace: str, pod_prefix: str, seconds: int) -> list[WindowQuery]:
+    """The queries the operator runs for one tier."""
+    sel = pod_selectors(namespace, pod_prefix)
+    r = f"[{seconds}s]"
+    return [
+        WindowQuery(FB_USED, f"max({_both(FB_USED, 'max_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(KV_USAGE, f"max({_both(KV_USAGE, 'max_over_time({m}' + r + ')', sel)})"),
+        # max - min over the window rather than increase(): a short load test may leave one
+        # sample in the window, where increase() returns nothing but the answer is 0.
+        WindowQuery(PREEMPTIONS, f"sum({_both(PREEMPTIONS, '(max_over_time({m}' + r + ') - min_over_time({m}' + r + '))', sel)})"),
+        WindowQuery(GPU_UTIL, f"avg({_both(GPU_UTIL, 'avg_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(NVLINK_TX, f"avg({_both(NVLINK_TX, 'avg_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(COMM_FRACTION, f"avg({_both(COMM_FRACTION, 'avg_over_time({m}' + r + ')', sel)})"),
+    ]
+

@@ -98,7 +98,7 @@ class Driver:
     def tier(self, name):
         return self.status.tier(name)
 
-    def measure(self, name, tok_s, p99_ms, kv=0.05, comm=None, fb=125.0, pool_tokens=None):
+    def measure(self, name, tok_s, p99_ms, kv=0.05, comm=None, fb=125.0):
         """Take the current tier from Pending to Measured."""
         r = self.step()
         assert any(isinstance(a, EnsureEngine) and a.tier.name == name for a in r.actions), r.actions
@@ -109,8 +109,7 @@ class Driver:
         self.step(engine=EngineState(exists=True, ready=True), load_test=LoadTestState(1, True, True, False, summary(tok_s, p99_ms, started=self.now - 65, finished=self.now - 5)))
         assert self.tier(name).phase == "Collecting"
         self.now += 20
-        return self.step(metrics=MetricWindow(peak_fb_used_gib=fb, peak_kv_cache_usage=kv, preemptions=0, gpu_utilization=0.9,
-                                              comm_fraction=comm, kv_cache_pool_tokens=pool_tokens))
+        return self.step(metrics=MetricWindow(peak_fb_used_gib=fb, peak_kv_cache_usage=kv, preemptions=0, gpu_utilization=0.9, comm_fraction=comm))
 
 
 def test_plan_skips_tiers_that_cannot_fit_without_deploying():
@@ -375,79 +374,3 @@ def test_a_failed_experiment_starts_again_when_its_spec_is_edited():
     assert get_condition(d.status.conditions, reasons.FAILED) is None
     d.step(generation=2)
     assert d.status.phase == "Profiling" and d.tier("tp1-pp1").phase == "Pending"
-
-
-# --------------------------------------------------------------------------------------
-# The GPU type in every pass: placement.nodeSelector alone decides as placement.gpuProduct
-
-
-class NodeSelectorDriver(Driver):
-    """Plays the reconciler for an experiment without placement.gpuProduct: the GPU type comes only from the
-    fleet, and the fleet is read only while the ladder is planned or a tier is placed or deployed."""
-
-    def step(self, **obs):
-        current = next((t for t in self.status.tiers if t.phase not in ("Measured", "Skipped", "Failed")), None)
-        if current is not None and current.phase not in ("Pending", "Waiting", "Deploying"):
-            obs = {"gpu": None, "fleet": None, **obs}
-        return super().step(**obs)
-
-
-def by_product_and_by_selector(preset):
-    by_product = Driver(make_spec(preset))
-    by_selector = NodeSelectorDriver(make_spec(preset, placement={"gpuProduct": None, "nodeSelector": {"pool": "h200"}}))
-    assert by_selector.spec.placement.gpu_product is None
-    for d in (by_product, by_selector):
-        d.step()  # plan
-    return by_product, by_selector
-
-
-def assert_same_decision(a, b):
-    # Everything but the hash of the spec's measurement-defining fields (placement is one of them).
-    assert a.status.measured_spec_hash != b.status.measured_spec_hash
-    assert replace(a.status, measured_spec_hash=None).to_dict() == replace(b.status, measured_spec_hash=None).to_dict()
-    assert [e for r in a.log for e in r.events] == [e for r in b.log for e in r.events]
-
-
-@pytest.mark.parametrize("pool_tokens", [None, 896_912])
-def test_node_selector_placement_decides_memory_headroom_as_gpu_product(pool_tokens):
-    a, b = by_product_and_by_selector("llama-3-8b")
-    for d in (a, b):
-        d.measure("tp1-pp1", tok_s=3198, p99_ms=2497, kv=0.0648, pool_tokens=pool_tokens)
-    assert_same_decision(a, b)
-    tp1 = b.tier("tp1-pp1")
-    # The tier's node and GPU product were recorded when it was placed; the needed figure exists.
-    assert (tp1.node_name, tp1.gpu_product, tp1.gpu_memory_gi_b) == ("h200-0", "NVIDIA-H200", 139.8)
-    assert 24 < tp1.peak_memory_gi_b < 25
-    assert tp1.peak_memory_source == ("vllm-cache-config" if pool_tokens else "estimate")
-    dec = b.status.decision
-    assert (dec.tensor_parallel, dec.rule) == (1, "memory-headroom") and "M1=" in dec.reason and "n/a" not in dec.reason
-
-
-def test_node_selector_placement_decides_throughput_gain_as_gpu_product():
-    a, b = by_product_and_by_selector("llama-3-70b")
-    for d in (a, b):
-        d.measure("tp2-pp1", tok_s=1236, p99_ms=6800, kv=0.2, comm=0.1)
-        d.measure("tp4-pp1", tok_s=1897, p99_ms=4400, kv=0.1, comm=0.17)
-        d.measure("tp8-pp1", tok_s=2100, p99_ms=4300, kv=0.05, comm=0.3)
-    assert_same_decision(a, b)
-    dec = b.status.decision
-    assert (dec.tensor_parallel, dec.rule) == (4, "throughput-gain")
-    assert all(b.tier(n).peak_memory_gi_b is not None for n in ("tp2-pp1", "tp4-pp1", "tp8-pp1"))
-
-
-def test_node_selector_placement_decides_p99_degradation_as_gpu_product():
-    a, b = by_product_and_by_selector("llama-3-70b")
-    for d in (a, b):
-        d.measure("tp2-pp1", tok_s=1200, p99_ms=5000, kv=0.2, comm=0.1)
-        d.measure("tp4-pp1", tok_s=1500, p99_ms=7000, kv=0.1, comm=0.17)  # ΔT +0.25, ΔP +0.40
-    assert_same_decision(a, b)
-    assert (b.status.decision.tensor_parallel, b.status.decision.rule) == (2, "p99-degradation")
-
-
-def test_node_selector_placement_decides_comm_fraction_as_gpu_product():
-    a, b = by_product_and_by_selector("llama-3-70b")
-    for d in (a, b):
-        d.measure("tp2-pp1", tok_s=1200, p99_ms=5000, kv=0.2, comm=0.1)
-        d.measure("tp4-pp1", tok_s=1800, p99_ms=4000, kv=0.1, comm=0.45)
-    assert_same_decision(a, b)
-    assert (b.status.decision.tensor_parallel, b.status.decision.rule) == (2, "comm-fraction")
