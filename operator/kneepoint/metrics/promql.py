@@ -100,4 +100,3 @@ def window_queries(namespace: str, pod_prefix: str, seconds: int) -> list[Window
         WindowQuery(NVLINK_TX, f"avg({_both(NVLINK_TX, 'avg_over_time({m}' + r + ')', sel)})"),
         WindowQuery(COMM_FRACTION, f"avg({_both(COMM_FRACTION, 'avg_over_time({m}' + r + ')', sel)})"),
     ]
-
