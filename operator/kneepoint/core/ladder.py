@@ -749,7 +749,7 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
     measured = replace(
         current,
         phase=TIER_MEASURED,
-        **_needed_memory_fields(est, ok_window),
+        **needed_memory_fields(est, ok_window),
         allocated_memory_gi_b=round(ok_window.peak_fb_used_gib, 2) if ok_window and ok_window.peak_fb_used_gib is not None else None,
         kv_cache_usage_peak=round(ok_window.peak_kv_cache_usage, 4) if ok_window and ok_window.peak_kv_cache_usage is not None else None,
         preemptions=ok_window.preemptions if ok_window else None,
@@ -789,7 +789,7 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
     _decide_or_continue(p)
 
 
-def _needed_memory_fields(est: MemoryEstimate | None, window: Any) -> dict[str, Any]:
+def needed_memory_fields(est: MemoryEstimate | None, window: Any) -> dict[str, Any]:
     """peakMemoryGiB (what the memory rule reads) and the KV pool it was computed with, for the measured tier.
 
     needed = weights + peak KV usage x pool + overhead. The pool is vLLM's own (its

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kneepoint.core.architectures import get_preset
 from kneepoint.core.gpus import GIB, get_gpu_type
-from kneepoint.core.ladder import _needed_memory_fields
+from kneepoint.core.ladder import needed_memory_fields
 from kneepoint.core.memory_estimate import estimate_memory
 from kneepoint.core.observations import MetricWindow
 from kneepoint.core.status import PEAK_MEMORY_FROM_ESTIMATE, PEAK_MEMORY_FROM_VLLM
@@ -89,7 +89,7 @@ def test_needed_memory_uses_the_engines_pool_and_keeps_the_estimate_beside_it():
     est = capture_estimate()
     usage = real_peak_kv_usage()
     assert usage == pytest.approx(0.0648, abs=1e-4)
-    fields = _needed_memory_fields(est, MetricWindow(peak_kv_cache_usage=usage, kv_cache_pool_tokens=896_912))
+    fields = needed_memory_fields(est, MetricWindow(peak_kv_cache_usage=usage, kv_cache_pool_tokens=896_912))
     assert fields["peak_memory_source"] == PEAK_MEMORY_FROM_VLLM
     assert fields["kv_cache_pool_tokens"] == 896_912
     assert fields["kv_cache_pool_gi_b"] == 109.49 and fields["estimated_kv_cache_pool_gi_b"] == 108.21
@@ -97,7 +97,7 @@ def test_needed_memory_uses_the_engines_pool_and_keeps_the_estimate_beside_it():
     assert fields["peak_memory_gi_b"] == pytest.approx(expected, abs=0.01)
     assert 24.5 < fields["peak_memory_gi_b"] < 25.0  # 14.96 + 0.0648 x 109.49 + 2.66 GiB
     # No cache_config_info series: the estimator's pool, said so.
-    fallback = _needed_memory_fields(est, MetricWindow(peak_kv_cache_usage=usage))
+    fallback = needed_memory_fields(est, MetricWindow(peak_kv_cache_usage=usage))
     assert fallback["peak_memory_source"] == PEAK_MEMORY_FROM_ESTIMATE and "kv_cache_pool_tokens" not in fallback
     assert fallback["kv_cache_pool_gi_b"] == 108.21
     assert fallback["peak_memory_gi_b"] < fields["peak_memory_gi_b"]
