@@ -404,7 +404,10 @@ class Reconciler:
         fleet = None
         queue_position = None
         needs_fleet = spec.mode == "Measure" and (planning or (current is not None and current.phase in (TIER_PENDING, TIER_WAITING, TIER_DEPLOYING)))
-        product = spec.placement.gpu_product
+        # The product as the spec names it, else as recorded when a tier was placed (placement.nodeSelector
+        # alone names none): passes that read no fleet (load test, metrics) still know the GPU type.
+        recorded = (current.gpu_product if current is not None else None) or next((t.gpu_product for t in status.tiers if t.gpu_product), None)
+        product = spec.placement.gpu_product or recorded
         if needs_fleet:
             nodes, pods = await self._fleet_lists(wait=fleet_wait)
             all_pods = pods
@@ -584,6 +587,7 @@ class Reconciler:
         build = manifests.BuildContext(
             operator_image=self.settings.operator_image,
             architecture_json=ctx.get("architecture_json"),
+            architecture=obs.architecture,
             gpu_product=ctx.get("gpu_product") or spec.placement.gpu_product,
             require_nvlink=bool(ctx.get("require_nvlink", True)),
             pretend_termination_message=self.settings.sandbox_pretend_termination_message,

@@ -108,6 +108,8 @@ BAD_SPECS = [
     ("pp-decreasing", _set("tiers.pipelineParallel", [2, 1]), "spec.tiers.pipelineParallel"),
     ("dtype-fp7", _set("model.dtype", "fp7"), "spec.model.dtype"),
     ("lengths-exceed-context", _set("load.outputLen", 3073), "spec.load.inputLen"),
+    # 1024 + 3040 = 4064 fits 4096, but not with the chat template's 64 tokens.
+    ("chat-template-exceeds-context", lambda s: (_set("load.outputLen", 3040)(s), _set("load.endpoint", "ChatCompletions")(s)), "spec.load.inputLen"),
     ("min-throughput-gain-0", _set("stopRules.minThroughputGain", 0), "spec.stopRules.minThroughputGain"),
     ("min-throughput-gain-1.5", _set("stopRules.minThroughputGain", 1.5), "spec.stopRules.minThroughputGain"),
     ("memory-headroom-0", _set("stopRules.memoryHeadroom", 0.0), "spec.stopRules.memoryHeadroom"),

@@ -241,6 +241,27 @@ def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Experime
     assert exps.child_names(namespace, name) == {"configmaps": [status["recommendation"]["configMapName"]]}
 
 
+def test_8b_placed_by_node_selector_alone_decides_as_by_gpu_product(sandbox: Any, exps: Experiments, namespace: str) -> None:
+    """No placement.gpuProduct: the GPU type comes from the node the tier was placed on, recorded in its status, so the
+    pass that reads Prometheus still computes the needed memory and the memory rule decides, as with gpuProduct."""
+    name = "llama-8b-by-selector"
+    spec = example_spec("experiment.yaml", load=SMALL_8B_LOAD)
+    spec["placement"] = {"nodeSelector": {"kneepoint.io/gpu-product": "NVIDIA-H200"}}
+    exps.create(experiment(name, namespace, spec))
+    exps.wait_finished(namespace, name, 150)
+    status = exps.get(namespace, name)["status"]
+    assert status["phase"] == "Decided", status.get("message")
+    decision = status["decision"]
+    assert (status["decidedTier"], decision["rule"], decision["classification"]) == ("TP1", "memory-headroom", "single-gpu-enough")
+    tp1 = tier(status, "tp1-pp1")
+    assert tp1["gpuProduct"] == "NVIDIA-H200" and tp1["nodeName"].startswith("h200-")
+    # Needed memory from the engine's own KV pool (its vllm:cache_config_info), the estimator's beside it.
+    assert tp1["peakMemorySource"] == "vllm-cache-config" and tp1["kvCachePoolTokens"] > 0
+    assert tp1["kvCachePoolGiB"] == pytest.approx(tp1["estimatedKvCachePoolGiB"], rel=0.05)
+    assert tp1["peakMemoryGiB"] / tp1["gpuMemoryGiB"] <= spec["stopRules"]["memoryHeadroom"]
+    assert "M1=" in decision["reason"] and "n/a" not in decision["reason"]
+
+
 def test_70b_on_h200_skips_tp1_by_estimate_and_stops_by_a_step_rule(large_and_pcie: Started) -> None:
     name = "llama-70b"
     namespace, exps, poller = large_and_pcie.namespace, large_and_pcie.exps, large_and_pcie.poller

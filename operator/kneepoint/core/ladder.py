@@ -34,7 +34,8 @@ from kneepoint.core.actions import (
 )
 from kneepoint.core.apifields import to_json
 from kneepoint.core.decision import decide
-from kneepoint.core.memory_estimate import MemoryEstimate, estimate_memory
+from kneepoint.core.gpus import find_gpu_type
+from kneepoint.core.memory_estimate import MemoryEstimate, estimate_memory, needed_memory_bytes
 from kneepoint.core.observations import (
     START_CONFIG_ERROR,
     START_CRASH_LOOP,
@@ -45,6 +46,8 @@ from kneepoint.core.observations import (
 )
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import (
+    PEAK_MEMORY_FROM_ESTIMATE,
+    PEAK_MEMORY_FROM_VLLM,
     TIER_COLLECTING,
     TIER_DEPLOYING,
     TIER_FAILED,
@@ -130,10 +133,16 @@ def measurement_hash(spec: ExperimentSpec) -> str:
 
     A change here invalidates measured tiers; a change elsewhere only re-decides.
     """
+    engine = to_json(spec.engine)
+    for later in ("modelCache", "resources"):
+        # Fields added after experiments existed: left unset, they keep those experiments' hash (an operator
+        # upgrade must not restart their ladders).
+        if not engine.get(later):
+            engine.pop(later, None)
     parts = {
         "model": to_json(spec.model),
         "mode": spec.mode,
-        "engine": to_json(spec.engine),
+        "engine": engine,
         "tiers": to_json(spec.tiers),
         "load": to_json(spec.load),
         "placement": to_json(spec.placement),
@@ -169,10 +178,24 @@ def group_size(spec: ExperimentSpec, result: TierResult) -> int:
     return 1
 
 
-def _estimate(spec: ExperimentSpec, obs: Observations, tier: Tier) -> MemoryEstimate:
+def tier_gpu(obs: Observations, result: TierResult | None) -> Any:
+    """The GPU type a tier runs on: the product recorded at its placement, else the experiment's (``obs.gpu``).
+
+    The product is recorded in the tier's status when the capacity check places it, so a later
+    pass that reads no fleet (load test, metrics) still knows it, whether the experiment names
+    the product (placement.gpuProduct) or only selects nodes (placement.nodeSelector).
+    """
+    if result is not None and result.gpu_product:
+        recorded = find_gpu_type(result.gpu_product)
+        if recorded is not None:
+            return recorded
+    return obs.gpu
+
+
+def _estimate(spec: ExperimentSpec, obs: Observations, tier: Tier, gpu: Any = None) -> MemoryEstimate:
     return estimate_memory(
         obs.architecture,
-        obs.gpu,
+        gpu if gpu is not None else obs.gpu,
         tier,
         dtype=spec.model.dtype,
         kv_cache_dtype=spec.model.kv_cache_dtype,
@@ -527,7 +550,7 @@ def _tier_pending(p: _Pass, current: TierResult) -> None:
             node_names=tuple(d.node_name for d in group),
         )
     )
-    p.put_tier(replace(current, phase=TIER_DEPLOYING, reason=None, started_at=p.now, node_name=domain.node_name if domain else None))
+    p.put_tier(_placed(p, current, domain))
     p.status = replace(p.status, waiting_for=None, queue_position=None, waiting_since=None)
     where = f" on {domain.node_name}" if domain else ""
     if group:
@@ -535,6 +558,24 @@ def _tier_pending(p: _Pass, current: TierResult) -> None:
     p.event(reasons.TIER_DEPLOYING, f"Deploying {tier.label} ({tier.gpus} GPU(s)){where}")
     p.message(f"{tier.label}: deploying the engine{where}")
     p.requeue(p.settings.poll_seconds)
+
+
+def _placed(p: _Pass, current: TierResult, domain: Any) -> TierResult:
+    """The tier as deployed: its node and GPU product recorded, so every later pass knows its GPU type."""
+    product = domain.gpu_product if domain is not None else None
+    if not product:
+        # Simulate mode (no node is picked): the product the simulator is told to model.
+        product = p.spec.placement.gpu_product or (p.obs.gpu.product_labels[0] if p.obs.gpu is not None else None)
+    gpu = find_gpu_type(product) if product else None
+    return replace(
+        current,
+        phase=TIER_DEPLOYING,
+        reason=None,
+        started_at=p.now,
+        node_name=domain.node_name if domain else None,
+        gpu_product=product,
+        gpu_memory_gi_b=round(gpu.memory_bytes / GIB, 2) if gpu is not None else current.gpu_memory_gi_b,
+    )
 
 
 def _tier_deploying(p: _Pass, current: TierResult) -> None:
@@ -702,16 +743,13 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
 
     all_metrics = ("DCGM_FI_DEV_FB_USED", "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "DCGM_FI_DEV_GPU_UTIL", "kneepoint_sim_comm_fraction")
     missing = tuple(all_metrics) if (window is None or window.error) else window.missing
-    est = _estimate(p.spec, p.obs, tier) if (p.obs.architecture is not None and p.obs.gpu is not None) else None
-    peak_needed = None
-    if window is not None and not window.error and window.peak_kv_cache_usage is not None and est is not None:
-        usage = min(1.0, max(0.0, window.peak_kv_cache_usage))
-        peak_needed = est.needed_bytes_at_kv_usage(usage) / GIB
+    gpu = tier_gpu(p.obs, current)
+    est = _estimate(p.spec, p.obs, tier, gpu) if (p.obs.architecture is not None and gpu is not None) else None
     ok_window = window if (window is not None and not window.error) else None
     measured = replace(
         current,
         phase=TIER_MEASURED,
-        peak_memory_gi_b=round(peak_needed, 2) if peak_needed is not None else None,
+        **needed_memory_fields(est, ok_window),
         allocated_memory_gi_b=round(ok_window.peak_fb_used_gib, 2) if ok_window and ok_window.peak_fb_used_gib is not None else None,
         kv_cache_usage_peak=round(ok_window.peak_kv_cache_usage, 4) if ok_window and ok_window.peak_kv_cache_usage is not None else None,
         preemptions=ok_window.preemptions if ok_window else None,
@@ -749,6 +787,31 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
         f"comm {measured.comm_fraction if measured.comm_fraction is not None else 'n/a'}",
     )
     _decide_or_continue(p)
+
+
+def needed_memory_fields(est: MemoryEstimate | None, window: Any) -> dict[str, Any]:
+    """peakMemoryGiB (what the memory rule reads) and the KV pool it was computed with, for the measured tier.
+
+    needed = weights + peak KV usage x pool + overhead. The pool is vLLM's own (its
+    vllm:cache_config_info) where the engine exported it, else the estimator's; the estimator's
+    pool is kept beside it either way.
+    """
+    if est is None:
+        return {}
+    out: dict[str, Any] = {"estimated_kv_cache_pool_gi_b": round(est.kv_pool_bytes_per_gpu / GIB, 2)}
+    tokens = window.kv_cache_pool_tokens if window is not None else None
+    if tokens:
+        pool, source = est.pool_bytes_for_tokens(tokens), PEAK_MEMORY_FROM_VLLM
+        out["kv_cache_pool_tokens"] = tokens
+    else:
+        pool, source = est.kv_pool_bytes_per_gpu, PEAK_MEMORY_FROM_ESTIMATE
+    if window is not None and window.peak_kv_cache_usage is not None:
+        usage = min(1.0, max(0.0, window.peak_kv_cache_usage))
+        needed = needed_memory_bytes(est.weights_bytes_per_gpu, pool, usage, est.non_kv_overhead_bytes_per_gpu)
+        out["peak_memory_gi_b"] = round(needed / GIB, 2)
+        out["kv_cache_pool_gi_b"] = round(pool / GIB, 2)
+        out["peak_memory_source"] = source
+    return out
 
 
 def _close_tier(p: _Pass, result: TierResult, teardown: bool) -> None:

@@ -354,6 +354,11 @@ class MemoryEstimate:
         """Activations + runtime overhead: what is neither weights nor KV cache."""
         return self.activation_bytes_per_gpu + self.overhead_bytes_per_gpu
 
+    def pool_bytes_for_tokens(self, pool_tokens: int) -> int:
+        """Bytes per GPU of a KV pool of ``pool_tokens`` tokens (vLLM's ``kv_cache_size_tokens``): each GPU holds
+        every token's K/V for its own heads and layers."""
+        return pool_tokens * self.kv_bytes_per_token_per_gpu
+
     def needed_bytes_at_kv_usage(self, kv_usage_fraction: float) -> int:
         """Needed memory when vLLM reports this KV-cache usage fraction (see :func:`needed_memory_bytes`)."""
         return needed_memory_bytes(self.weights_bytes_per_gpu, self.kv_pool_bytes_per_gpu, kv_usage_fraction, self.non_kv_overhead_bytes_per_gpu)

@@ -152,6 +152,8 @@ class MetricWindow:
     """Max over the tier's GPUs of DCGM_FI_DEV_FB_USED, GiB."""
     peak_kv_cache_usage: float | None = None
     """Max of vllm:kv_cache_usage_perc (0-1)."""
+    kv_cache_pool_tokens: int | None = None
+    """Tokens of vLLM's KV-cache pool from vllm:cache_config_info (None when the engine exports no such series)."""
     preemptions: int | None = None
     gpu_utilization: float | None = None
     """Mean DCGM GPU utilisation, 0-1."""
@@ -183,5 +185,6 @@ class Observations:
     architecture: Any = None
     """The resolved ModelArchitecture (preset, ConfigMap or explicit numbers)."""
     gpu: Any = None
-    """The GpuType of the experiment's GPU product."""
+    """The GpuType of the experiment's GPU product (spec.placement.gpuProduct, else the product recorded at a tier's
+    placement, else the first product of the matching fleet)."""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -25,6 +25,10 @@ ENDPOINTS = ("Completions", "ChatCompletions")
 WINNER_POLICIES = ("Delete", "Keep")
 INTERCONNECTS = ("auto", "nvlink", "pcie")
 TP_SIZES = (1, 2, 4, 8, 16, 32, 64)
+CHAT_TEMPLATE_ALLOWANCE_TOKENS = 64
+"""Room a ChatCompletions load leaves in maxModelLen for the model's chat template, which vLLM adds to the prompt:
+Llama-3.1-Instruct's adds about 35 tokens (issue 13); 64 leaves room for other instruct templates. Without it a
+prompt near maxModelLen gets its max_tokens clamped by vLLM, and the tier measures a shorter output."""
 MODEL_URI_PATTERN = r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.*|sim://.+)$"
 
 
@@ -111,6 +115,55 @@ class EnvVar:
     value: str = api_field("Variable value.", default="")
 
 
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+
+
+@dataclass(frozen=True)
+class ModelCacheSpec:
+    """Where the engine keeps downloaded weights (HF_HOME) and vLLM's compile cache (VLLM_CACHE_ROOT), so a restarted
+    container neither downloads the weights nor compiles again."""
+
+    claim_name: str | None = api_field(
+        "A PersistentVolumeClaim of the experiment's namespace to hold the cache, so it outlives the pod and serves every "
+        "tier and experiment after the first download. Multi-node tiers mount it from every pod: it must then be "
+        "ReadWriteMany. Default: an emptyDir per pod, which survives container restarts but not the pod.",
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        max_length=253,
+    )
+    size_limit: str | None = api_field(
+        "sizeLimit of the default emptyDir (a Kubernetes quantity, for example 200Gi); the kubelet evicts a pod whose "
+        "cache grows past it. Default: none.",
+        default=None,
+        pattern=QUANTITY_PATTERN,
+    )
+
+
+@dataclass(frozen=True)
+class EngineResourcesSpec:
+    """CPU, memory and ephemeral-storage requests of each engine pod (the GPUs are requested as placement.gpuResource).
+    A field left out is derived from the tier and the model; no limits are set beyond the GPUs."""
+
+    cpu: str | None = api_field(
+        "CPU request (a Kubernetes quantity). Default: 2 + the pod's GPUs, vLLM's documented minimum of one core each for "
+        "the API server, the engine core and every GPU worker.",
+        default=None,
+        pattern=QUANTITY_PATTERN,
+    )
+    memory: str | None = api_field(
+        "Memory request. Default: the weights the pod's GPUs hold (vLLM loads them through host memory) + 4 GiB + 2 GiB "
+        "per GPU for its processes, rounded up to whole GiB.",
+        default=None,
+        pattern=QUANTITY_PATTERN,
+    )
+    ephemeral_storage: str | None = api_field(
+        "Ephemeral-storage request. Default: the model's checkpoint size + 10 GiB when the model cache is the default "
+        "emptyDir and the weights come from the hub (hf://); 10 GiB otherwise (compile cache and logs).",
+        default=None,
+        pattern=QUANTITY_PATTERN,
+    )
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """The inference engine (vLLM), fixed for every tier."""
@@ -132,6 +185,20 @@ class EngineSpec:
     extra_args: tuple[str, ...] = api_field("Extra vLLM arguments, the same on every tier.", default=())
     env: tuple[EnvVar, ...] = api_field("Extra environment variables for the engine container.", default=())
     port: int = api_field("Port the engine listens on.", default=8000, minimum=1, maximum=65535)
+    model_cache: ModelCacheSpec = api_field(
+        "The volume for downloaded weights and vLLM's compile cache (HF_HOME, VLLM_CACHE_ROOT).", default_factory=ModelCacheSpec
+    )
+    resources: EngineResourcesSpec = api_field("CPU, memory and ephemeral-storage requests per engine pod.", default_factory=EngineResourcesSpec)
+    startup_timeout_seconds: int | None = api_field(
+        "How long the engine may take from container start to answering /health (its startupProbe) before the kubelet "
+        "restarts the container. Real vLLM 0.24 took 136 s for Llama-3.1-8B on one H200 (29 s of it torch.compile, 57 s "
+        "engine init) with weights at hand; a first download of the weights comes on top. Default: "
+        "budget.tierTimeoutSeconds + 60, so the kubelet never restarts a start the operator still waits for (the "
+        "operator fails the tier at budget.tierTimeoutSeconds). A shorter value restarts a start that hangs (a "
+        "restarted container keeps its model cache).",
+        default=None,
+        minimum=10,
+    )
 
 
 @dataclass(frozen=True)
@@ -492,6 +559,16 @@ def _cross_field_checks(spec: ExperimentSpec, errors: list[FieldError]) -> None:
                 "spec.load.inputLen",
                 f"load.inputLen + load.outputLen ({spec.load.input_len} + {spec.load.output_len} = "
                 f"{spec.load.input_len + spec.load.output_len}) must be at most model.maxModelLen ({spec.model.max_model_len})",
+            )
+        )
+    used = spec.load.input_len + spec.load.output_len
+    if spec.load.endpoint == "ChatCompletions" and used <= spec.model.max_model_len < used + CHAT_TEMPLATE_ALLOWANCE_TOKENS:
+        errors.append(
+            FieldError(
+                "spec.load.inputLen",
+                f"with load.endpoint ChatCompletions, load.inputLen + load.outputLen ({used}) + {CHAT_TEMPLATE_ALLOWANCE_TOKENS} "
+                f"tokens for the chat template must be at most model.maxModelLen ({spec.model.max_model_len}); lower "
+                "inputLen or outputLen, or raise maxModelLen",
             )
         )
     arch = spec.model.architecture

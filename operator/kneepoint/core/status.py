@@ -42,6 +42,10 @@ RULES = (
     "budget",
     "only-tier",
 )
+# Where a tier's needed-memory figure takes its KV pool from.
+PEAK_MEMORY_FROM_VLLM = "vllm-cache-config"
+PEAK_MEMORY_FROM_ESTIMATE = "estimate"
+PEAK_MEMORY_SOURCES = (PEAK_MEMORY_FROM_VLLM, PEAK_MEMORY_FROM_ESTIMATE)
 CLASSIFICATIONS = ("single-gpu-enough", "does-not-fit", "cannot-keep-up")
 
 
@@ -96,6 +100,28 @@ class TierResult:
     )
     gpu_memory_gi_b: float | None = api_field("Memory of one GPU, GiB.", default=None, json_name="gpuMemoryGiB")
     kv_cache_usage_peak: float | None = api_field("Peak vLLM KV-cache usage, fraction 0-1.", default=None)
+    kv_cache_pool_tokens: int | None = api_field(
+        "Tokens vLLM's KV-cache pool holds, as the engine reported it (vllm:cache_config_info label kv_cache_size_tokens, "
+        "else num_gpu_blocks x block_size).",
+        default=None,
+    )
+    kv_cache_pool_gi_b: float | None = api_field(
+        "KV-cache pool per GPU, GiB, that peakMemoryGiB is computed with: vLLM's reported pool (kvCachePoolTokens x KV "
+        "bytes per token per GPU) when peakMemorySource is vllm-cache-config, else the estimator's.",
+        default=None,
+        json_name="kvCachePoolGiB",
+    )
+    estimated_kv_cache_pool_gi_b: float | None = api_field(
+        "The estimator's KV-cache pool per GPU, GiB (what vLLM is expected to pre-allocate), beside vLLM's own figure.",
+        default=None,
+        json_name="estimatedKvCachePoolGiB",
+    )
+    peak_memory_source: str | None = api_field(
+        "Where peakMemoryGiB's KV pool comes from: vllm-cache-config (the engine's vllm:cache_config_info) or estimate "
+        "(the memory estimator, when the engine exported no pool size).",
+        default=None,
+        enum=PEAK_MEMORY_SOURCES,
+    )
     preemptions: int | None = api_field("vLLM preemptions during the load test.", default=None)
     gpu_utilization: float | None = api_field("Mean GPU utilisation during the load test, fraction 0-1.", default=None)
     nvlink_bytes_per_second: float | None = api_field("Mean NVLink traffic per GPU, bytes/s.", default=None)
@@ -111,7 +137,17 @@ class TierResult:
     load_test_started_at: str | None = api_field("Start of the measured window.", default=None)
     load_test_finished_at: str | None = api_field("End of the measured window.", default=None)
     finished_at: str | None = api_field("When the tier reached Measured, Failed or Skipped.", default=None)
-    node_name: str | None = api_field("Node the engine ran on (the leader's node for a multi-node tier).", default=None)
+    node_name: str | None = api_field(
+        "Node the engine ran on (the leader's node for a multi-node tier), recorded when the capacity check placed it.",
+        default=None,
+    )
+    gpu_product: str | None = api_field(
+        "GPU product (node label nvidia.com/gpu.product) of the node the tier was placed on (in Simulate mode: the product "
+        "simulated), recorded at placement. Later "
+        "passes take the tier's GPU type from it (needed memory, the memory rule), also when the experiment picks its "
+        "nodes with placement.nodeSelector instead of placement.gpuProduct.",
+        default=None,
+    )
     multi_node: bool | None = api_field(
         "True when one replica of this tier spans several nodes: it runs as a LeaderWorkerSet group (TP inside each "
         "pod's node, PP across the group's pods) instead of a Deployment. False for a pipeline-parallel tier that fits "

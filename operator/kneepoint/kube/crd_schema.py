@@ -34,7 +34,7 @@ from typing import Any, Iterator
 import yaml
 
 from kneepoint.core.apifields import json_name, to_json, unwrap_optional
-from kneepoint.core.spec import ArchitectureSpec, ExperimentSpec, TiersSpec
+from kneepoint.core.spec import CHAT_TEMPLATE_ALLOWANCE_TOKENS, ArchitectureSpec, ExperimentSpec, TiersSpec
 from kneepoint.core.status import Condition, ExperimentStatus
 
 GROUP = "kneepoint.io"
@@ -130,6 +130,14 @@ def _spec_rules() -> tuple[CelRule, ...]:
             "self.load.inputLen + self.load.outputLen <= self.model.maxModelLen",
             "{path}.load.inputLen + {path}.load.outputLen must be at most {path}.model.maxModelLen "
             "(prompt and output must fit the context limit)",
+            field_path=".load.inputLen",
+        ),
+        CelRule(
+            "self.load.endpoint != 'ChatCompletions' || self.load.inputLen + self.load.outputLen + "
+            f"{CHAT_TEMPLATE_ALLOWANCE_TOKENS} <= self.model.maxModelLen",
+            "{path}.load.inputLen + {path}.load.outputLen + "
+            f"{CHAT_TEMPLATE_ALLOWANCE_TOKENS}"
+            " tokens for the chat template must be at most {path}.model.maxModelLen when {path}.load.endpoint is ChatCompletions",
             field_path=".load.inputLen",
         ),
         CelRule(

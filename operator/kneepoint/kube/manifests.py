@@ -16,6 +16,7 @@ from typing import Any
 
 from kneepoint.core.apifields import to_json
 from kneepoint.core.gpus import find_gpu_type
+from kneepoint.core.memory_estimate import weight_bytes_per_gpu
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
@@ -58,6 +59,8 @@ class BuildContext:
     """GPU product label the experiment runs on (node selector, and the simulator's --gpu)."""
     require_nvlink: bool = True
     """Whether TP groups must sit inside one NVLink domain (False on PCIe-only fleets)."""
+    architecture: Any = None
+    """The resolved ModelArchitecture (sizes the engine's memory and ephemeral-storage requests); None: not known."""
     pretend_termination_message: str | None = None
     """Test-only, never set in production (operator setting ``sandbox_pretend_termination_message``):
     engine and load-test pods get the label ``kneepoint.io/sandbox-pretend: "true"``, so the
@@ -88,9 +91,10 @@ def model_reference(spec: ExperimentSpec) -> str:
 
 
 def vllm_args(spec: ExperimentSpec, tier: Tier) -> list[str]:
-    """vLLM server flags; only TP/PP differ between tiers."""
+    """``vllm serve``'s arguments: the model as its positional argument (``--model`` is deprecated), then the
+    flags; only TP/PP differ between tiers. Every flag is one vLLM 0.33's parser accepts
+    (tests/data/vllm/vllm-0.33.0-serve-flags.json)."""
     args = [
-        "--model",
         model_reference(spec),
         "--served-model-name",
         spec.served_model_name,
@@ -139,6 +143,91 @@ def _engine_env(spec: ExperimentSpec, ctx: BuildContext) -> list[dict[str, Any]]
     return env
 
 
+# -- The engine pod as vLLM needs it: a model cache, resource requests, a start-up allowance.
+
+MODEL_CACHE_VOLUME = "model-cache"
+MODEL_CACHE_MOUNT = "/model-cache"
+HF_HOME_PATH = f"{MODEL_CACHE_MOUNT}/huggingface"
+"""HF_HOME: the hub's download cache (weights, tokenizer, config)."""
+VLLM_CACHE_PATH = f"{MODEL_CACHE_MOUNT}/vllm"
+"""VLLM_CACHE_ROOT: vLLM's torch.compile cache (the 8B capture: 29 s of compiling that a restart skips)."""
+GIB = 1024**3
+PROCESS_MEMORY_BYTES = 4 * GIB
+"""Host memory of vLLM's API server and engine core outside the weights: an allowance, not a measurement."""
+PER_GPU_MEMORY_BYTES = 2 * GIB
+"""Host memory of each GPU worker's CUDA/torch runtime: an allowance, not a measurement."""
+SCRATCH_STORAGE_BYTES = 10 * GIB
+"""Ephemeral storage besides downloaded weights: compile cache, logs (an allowance)."""
+STARTUP_PROBE_PERIOD_SECONDS = 10
+STARTUP_MARGIN_SECONDS = 60
+"""The default allowance outlasts the operator's own deadline (budget.tierTimeoutSeconds) by this much, so the
+kubelet never restarts a start the operator still waits for; the operator fails the tier first."""
+
+
+def model_cache(spec: ExperimentSpec) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """(volume, mount, env) of the engine's model cache: a PVC when engine.modelCache.claimName is set, else an emptyDir
+    (it survives container restarts, so a restarted engine neither downloads nor compiles again)."""
+    cache = spec.engine.model_cache
+    if cache.claim_name:
+        volume: dict[str, Any] = {"name": MODEL_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claim_name}}
+    else:
+        volume = {"name": MODEL_CACHE_VOLUME, "emptyDir": {"sizeLimit": cache.size_limit} if cache.size_limit else {}}
+    mount = {"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_MOUNT}
+    env = [{"name": "HF_HOME", "value": HF_HOME_PATH}, {"name": "VLLM_CACHE_ROOT", "value": VLLM_CACHE_PATH}]
+    return volume, mount, env
+
+
+def _gib_quantity(value: int) -> str:
+    return f"{max(1, math.ceil(value / GIB))}Gi"
+
+
+def engine_resource_requests(spec: ExperimentSpec, tier: Tier, ctx: BuildContext, gpus_in_pod: int) -> dict[str, str]:
+    """cpu, memory and ephemeral-storage requests of one engine pod (not the GPUs): engine.resources, else derived.
+
+    cpu: 2 + GPUs (vLLM's docs/configuration/optimization.md: one API server, one engine core and one worker per
+    GPU need at least 2 + N physical cores). memory: the weights the pod's GPUs hold, which vLLM loads through host
+    memory, plus the process allowances. ephemeral-storage: the whole checkpoint when it is downloaded into the
+    default emptyDir cache (every pod downloads all of it), plus scratch.
+    """
+    wanted = spec.engine.resources
+    arch = ctx.architecture
+    pod_weights = weight_bytes_per_gpu(arch, tier, spec.model.dtype) * gpus_in_pod if arch is not None else 0
+    checkpoint = weight_bytes_per_gpu(arch, Tier(1, 1), spec.model.dtype) if arch is not None else 0
+    downloads = spec.model.uri.startswith("hf://") and not spec.engine.model_cache.claim_name
+    return {
+        "cpu": wanted.cpu or str(2 + gpus_in_pod),
+        "memory": wanted.memory or _gib_quantity(pod_weights + PROCESS_MEMORY_BYTES + PER_GPU_MEMORY_BYTES * gpus_in_pod),
+        "ephemeral-storage": wanted.ephemeral_storage or _gib_quantity((checkpoint if downloads else 0) + SCRATCH_STORAGE_BYTES),
+    }
+
+
+def engine_startup_probe(spec: ExperimentSpec) -> dict[str, Any]:
+    """The start-up allowance: /health polled every 10 s for engine.startupTimeoutSeconds (default the tier timeout
+    + 60 s) before the kubelet restarts the container. No liveness probe follows: a restart in the middle of a load
+    test would spoil the measurement, and a dead vLLM engine exits by itself."""
+    seconds = spec.engine.startup_timeout_seconds or spec.budget.tier_timeout_seconds + STARTUP_MARGIN_SECONDS
+    return {
+        "httpGet": {"path": "/health", "port": ENGINE_PORT_NAME},
+        "periodSeconds": STARTUP_PROBE_PERIOD_SECONDS,
+        "failureThreshold": max(1, math.ceil(seconds / STARTUP_PROBE_PERIOD_SECONDS)),
+        "timeoutSeconds": 5,
+    }
+
+
+def _with_model_cache(spec: ExperimentSpec, container: dict[str, Any], volumes: list[dict[str, Any]]) -> None:
+    """Mount the model cache into a Measure-mode engine container and point HF_HOME / VLLM_CACHE_ROOT at it."""
+    volume, mount, env = model_cache(spec)
+    volumes.append(volume)
+    container["volumeMounts"].append(mount)
+    taken = {e["name"] for e in container["env"]}
+    container["env"] = [e for e in env if e["name"] not in taken] + container["env"]  # engine.env wins
+
+
+def _with_resource_requests(spec: ExperimentSpec, tier: Tier, ctx: BuildContext, container: dict[str, Any], gpus_in_pod: int) -> None:
+    """Add cpu, memory and ephemeral-storage requests for ``gpus_in_pod`` GPUs to the container's (GPU) resources."""
+    container.setdefault("resources", {}).setdefault("requests", {}).update(engine_resource_requests(spec, tier, ctx, gpus_in_pod))
+
+
 def _node_affinity(tier: Tier, ctx: BuildContext, preferred_node: str | None) -> dict[str, Any] | None:
     required = []
     if ctx.require_nvlink and tier.tensor_parallel > 1:
@@ -178,6 +267,7 @@ def build_engine_deployment(
             "failureThreshold": 3,
             "timeoutSeconds": 3,
         },
+        "startupProbe": engine_startup_probe(spec),
         "env": _engine_env(spec, ctx),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
         # vLLM writes no termination message: on a failed exit the kubelet then puts the log
@@ -222,6 +312,9 @@ def build_engine_deployment(
         claim = spec.model.uri[len("pvc://") :].partition("/")[0]
         volumes.append({"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
         container["volumeMounts"].append({"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True})
+    if not simulate:
+        _with_model_cache(spec, container, volumes)
+        _with_resource_requests(spec, tier, ctx, container, gpus)
 
     pod_spec: dict[str, Any] = {
         "containers": [container],
@@ -332,6 +425,8 @@ def build_engine_leader_worker_set(
         "limits": {spec.placement.gpu_resource: gpus},
     }
     base_args = vllm_args(spec, tier)
+    # cpu, memory and ephemeral storage for one pod of the group: TP GPUs and their weights.
+    _with_resource_requests(spec, tier, ctx, template["spec"]["containers"][0], tier.tensor_parallel)
 
     leader = copy.deepcopy(template)
     leader["metadata"]["labels"] = {**labels, naming.LABEL_GROUP_ROLE: naming.GROUP_LEADER}
@@ -341,9 +436,10 @@ def build_engine_leader_worker_set(
     worker["metadata"] = {"labels": {**labels, naming.LABEL_GROUP_ROLE: naming.GROUP_WORKER}}
     container = worker["spec"]["containers"][0]
     container["args"] = base_args + multi_node_args(tier, "$(LWS_WORKER_INDEX)", headless=True)
-    # A headless rank serves neither the API nor /metrics: no port, no readiness probe.
+    # A headless rank serves neither the API nor /metrics: no port, no readiness or start-up probe.
     container.pop("ports", None)
     container.pop("readinessProbe", None)
+    container.pop("startupProbe", None)
 
     annotations = {"kneepoint.io/mode": spec.mode}
     if topology_key:

@@ -49,6 +49,7 @@ class PrometheusReader:
         queries = promql.window_queries(namespace, pod_prefix, seconds)
         values: dict[str, float | None] = {}
         try:
+            pool_series = await asyncio.to_thread(self._query, promql.cache_config_query(namespace, pod_prefix, seconds).expr, end)
             for q in queries:
                 values[q.name] = _scalar(await asyncio.to_thread(self._query, q.expr, end))
         except Exception as exc:  # connection refused, timeouts, HTTP errors: all mean "not now"
@@ -63,9 +64,13 @@ class PrometheusReader:
         fb = values[promql.FB_USED]
         util = values[promql.GPU_UTIL]
         pre = values[promql.PREEMPTIONS]
+        # The pool vLLM sized itself (absent: the needed-memory figure falls back to the estimator's pool).
+        # Several series (engines of one tier) take the largest pool: the needed figure errs high.
+        pools = [t for t in (promql.pool_tokens(s.get("metric") or {}) for s in pool_series) if t is not None]
         return MetricWindow(
             peak_fb_used_gib=fb * MIB / GIB if fb is not None else None,
             peak_kv_cache_usage=values[promql.KV_USAGE],
+            kv_cache_pool_tokens=max(pools) if pools else None,
             preemptions=int(round(pre)) if pre is not None else None,
             gpu_utilization=util / 100.0 if util is not None else None,
             nvlink_bytes_per_second=values[promql.NVLINK_TX],

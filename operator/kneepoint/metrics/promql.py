@@ -12,12 +12,20 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
 # Metric names (kept in one place; the simulator exports the same names).
 FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
 NVLINK_TX = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # bytes/s
 KV_USAGE = "vllm:kv_cache_usage_perc"  # fraction 0-1
+CACHE_CONFIG_INFO = "vllm:cache_config_info"  # gauge = 1; the engine's KV pool is in its labels
+# Labels of CACHE_CONFIG_INFO that size the pool. vLLM 0.24/0.33 write kv_cache_size_tokens
+# (= num_gpu_blocks x block_size, from the engine handshake; a real scrape:
+# tests/data/vllm/8b-tp1-metrics-after-load.txt); engines without it give blocks and block size.
+POOL_TOKENS_LABEL = "kv_cache_size_tokens"
+POOL_BLOCKS_LABEL = "num_gpu_blocks"
+BLOCK_SIZE_LABEL = "block_size"
 PREEMPTIONS = "vllm:num_preemptions_total"  # counter
 COMM_FRACTION = "kneepoint_sim_comm_fraction"  # simulator-only gauge (CONTRACTS C)
 
@@ -48,6 +56,34 @@ def pod_selectors(namespace: str, pod_prefix: str) -> tuple[str, str]:
 def _both(metric: str, inner: str, sel: tuple[str, str]) -> str:
     a, b = sel
     return f"({inner.format(m=f'{metric}{{{a}}}')}) or ({inner.format(m=f'{metric}{{{b}}}')})"
+
+
+def cache_config_query(namespace: str, pod_prefix: str, seconds: int) -> WindowQuery:
+    """The engine's cache_config_info labels that size its KV pool (one series per distinct pool)."""
+    sel = pod_selectors(namespace, pod_prefix)
+    by = ", ".join((POOL_TOKENS_LABEL, POOL_BLOCKS_LABEL, BLOCK_SIZE_LABEL))
+    return WindowQuery(CACHE_CONFIG_INFO, f"max by ({by}) ({_both(CACHE_CONFIG_INFO, 'last_over_time({m}[' + str(seconds) + 's])', sel)})")
+
+
+def pool_tokens(labels: Mapping[str, str]) -> int | None:
+    """Tokens of the KV pool one cache_config_info series describes, or None when its labels do not say.
+
+    ``kv_cache_size_tokens`` where present, else ``num_gpu_blocks x block_size``; vLLM writes
+    ``"None"`` for a value not known yet.
+    """
+
+    def number(key: str) -> int | None:
+        try:
+            value = int(str(labels.get(key, "")).strip())
+        except ValueError:
+            return None
+        return value if value > 0 else None
+
+    tokens = number(POOL_TOKENS_LABEL)
+    if tokens is not None:
+        return tokens
+    blocks, size = number(POOL_BLOCKS_LABEL), number(BLOCK_SIZE_LABEL)
+    return blocks * size if blocks is not None and size is not None else None
 
 
 def window_queries(namespace: str, pod_prefix: str, seconds: int) -> list[WindowQuery]:

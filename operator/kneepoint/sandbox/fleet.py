@@ -21,6 +21,7 @@ Document shape (``deploy/sandbox/fleet.yaml``)::
       nvlinkDomainSize: 8     # GPUs in the largest all-NVLink group (1 on PCIe)
       cpu: "128"
       memory: 2Ti
+      ephemeralStorage: 2Ti   # optional (default 2Ti): engine pods request ephemeral storage for the model cache
       interNodeGbps: 400      # optional: kneepoint.io/inter-node-gbps (PP across nodes)
       labels: {}              # optional extra labels
 """
@@ -43,7 +44,7 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _GROUP_KEYS = {
     "namePrefix", "count", "gpuProduct", "gpuCount", "gpuMemoryMiB", "interconnect",
-    "nvlinkDomainSize", "cpu", "memory", "pods", "interNodeGbps", "labels",
+    "nvlinkDomainSize", "cpu", "memory", "ephemeralStorage", "pods", "interNodeGbps", "labels",
 }
 
 
@@ -65,6 +66,8 @@ class NodeGroup:
     cpu: str
     memory: str
     pods: int = 110
+    ephemeral_storage: str = "2Ti"
+    """Allocatable ephemeral-storage: engine pods request it for the downloaded weights (default emptyDir cache)."""
     inter_node_gbps: float | None = None
     labels: dict[str, str] = field(default_factory=dict)
 
@@ -126,7 +129,8 @@ def parse_group(group: Any, where: str) -> NodeGroup:
         raise FleetError(f"{where}.nvlinkDomainSize: 1 with interconnect nvlink (use pcie, or a size >= 2)")
     cpu = _str(group, "cpu", where)
     memory = _str(group, "memory", where)
-    for key, value in (("cpu", cpu), ("memory", memory)):
+    storage = str(group.get("ephemeralStorage") or "2Ti")
+    for key, value in (("cpu", cpu), ("memory", memory), ("ephemeralStorage", storage)):
         if not _QUANTITY.match(value):
             raise FleetError(f"{where}.{key}: {value!r} is not a Kubernetes quantity (e.g. 128, 500m, 2Ti)")
     pods = _int(group, "pods", where, 1, 110)
@@ -147,7 +151,7 @@ def parse_group(group: Any, where: str) -> NodeGroup:
     return NodeGroup(
         name_prefix=prefix, count=count, gpu_product=product, gpu_count=gpu_count,
         gpu_memory_mib=memory_mib, interconnect=interconnect, nvlink_domain_size=domain,
-        cpu=cpu, memory=memory, pods=pods,
+        cpu=cpu, memory=memory, pods=pods, ephemeral_storage=storage,
         inter_node_gbps=float(gbps) if gbps is not None else None, labels=clean,
     )
 
@@ -216,7 +220,7 @@ def node_objects(groups: list[NodeGroup]) -> list[dict[str, Any]]:
     """The Node objects (with status) for every node of every group, in fleet order."""
     nodes: list[dict[str, Any]] = []
     for group in groups:
-        resources = {"cpu": group.cpu, "memory": group.memory, "pods": str(group.pods)}
+        resources = {"cpu": group.cpu, "memory": group.memory, "ephemeral-storage": group.ephemeral_storage, "pods": str(group.pods)}
         if group.gpu_count:
             resources["nvidia.com/gpu"] = str(group.gpu_count)
         for name in group.node_names():

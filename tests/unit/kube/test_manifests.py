@@ -34,7 +34,7 @@ def test_engine_deployment_measure_mode():
     assert args[args.index("--tensor-parallel-size") + 1] == "4"
     assert args[args.index("--pipeline-parallel-size") + 1] == "1"
     assert args[args.index("--max-num-seqs") + 1] == "16"  # defaults to load.concurrency
-    assert args[args.index("--model") + 1] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert args[0] == "meta-llama/Llama-3.1-8B-Instruct" and "--model" not in args  # vllm serve MODEL
     assert args[args.index("--dtype") + 1] == "bfloat16"
     assert c["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     assert c["readinessProbe"]["httpGet"]["path"] == "/health"
@@ -84,7 +84,7 @@ def test_pvc_model_is_mounted_read_only():
     pod = d["spec"]["template"]["spec"]
     assert {"name": "models", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}} in pod["volumes"]
     args = pod["containers"][0]["args"]
-    assert args[args.index("--model") + 1] == "/models/llama/8b"
+    assert args[0] == "/models/llama/8b"
 
 
 def test_service_and_job():
