@@ -21,7 +21,7 @@ bandwidths and FLOPs from the GPU catalogue. Pure: no I/O, no clock.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kneepoint.core.architectures import ModelArchitecture
 from kneepoint.core.gpus import GpuType
@@ -112,6 +112,14 @@ class Deployment:
     activation_bytes: int = 2
     """Bytes per activation element (bf16/fp16: 2), what the collectives move."""
     enforce_eager: bool = False
+    cuda_graph_max_tokens: int = 512
+    """Largest step (in tokens) vLLM replays as a CUDA graph: min(2 x --max-num-seqs, 512), as vLLM
+    0.24 sizes its capture list; larger steps launch their kernels one by one."""
+
+
+def cuda_graph_max_tokens(max_num_seqs: int) -> int:
+    """vLLM's largest CUDA-graph capture size for ``--max-num-seqs`` (its default capture list)."""
+    return min(2 * max_num_seqs, 512)
 
 
 @dataclass(frozen=True)
@@ -218,6 +226,10 @@ class PerfModel:
         eager = calibration.eager
         host_us = eager.host_us_per_layer_tp1 if tp == 1 else eager.host_us_per_layer_tp_many
         self._eager_floor = host_us * self._stage_layers * 1e-6 if deployment.enforce_eager else 0.0
+        v = calibration.serving
+        self._host_step = v.host_us_per_step * 1e-6
+        self._host_seq = v.host_us_per_seq * 1e-6
+        self._nongraph = v.nongraph_step_us * 1e-6
 
     # -- pieces ----------------------------------------------------------------------------
     def _weights_read(self, tokens: int) -> float:
@@ -271,8 +283,12 @@ class PerfModel:
         return pipe.p2p_latency_us * 1e-6 + nbytes / (hw.link_gbps * 1e9 * best_eff)
 
     # -- the model -------------------------------------------------------------------------
-    def step_time(self, work: StepWork) -> StepTime:
-        """Duration of one engine step doing ``work`` (no noise; the scheduler adds it)."""
+    def host_seconds(self, work: StepWork) -> float:
+        """The serving loop's time between GPU steps (vLLM's host side), for a step over ``work.seqs``."""
+        return self._host_step + self._host_seq * work.seqs
+
+    def gpu_step_time(self, work: StepWork) -> StepTime:
+        """The GPU's part of one step (what a profiler trace's step annotation spans)."""
         if work.tokens <= 0:
             return StepTime(0.0, 0.0, 0.0, 0.0)
         pp = self.deployment.pipeline_parallel
@@ -280,6 +296,8 @@ class PerfModel:
         micro = 1.0 / micro_batches
         comm, bus = self._collectives(work, micro)
         compute = self._stage_compute(work, micro)
+        if not self.deployment.enforce_eager and work.tokens * micro > self.deployment.cuda_graph_max_tokens:
+            compute += self._nongraph
         stage = max(compute + comm, self._eager_floor)
         if pp == 1:
             return StepTime(stage, comm, 0.0, bus)
@@ -288,6 +306,14 @@ class PerfModel:
         bubble = pp * stage * (pp - micro_batches) / pp
         # Each stage GPU runs its collectives once per micro-batch.
         return StepTime(total, pp * comm + (pp - 1) * hop, bubble, bus * micro_batches)
+
+    def step_time(self, work: StepWork) -> StepTime:
+        """Duration of one engine step doing ``work``, the serving loop's host time included (no
+        noise; the scheduler adds it)."""
+        gpu = self.gpu_step_time(work)
+        if gpu.seconds <= 0:
+            return gpu
+        return replace(gpu, seconds=gpu.seconds + self.host_seconds(work))
 
     def decode_step(self, batch: int, context_tokens: int) -> StepTime:
         """Step time of ``batch`` sequences decoding one token with ``context_tokens`` cached each."""
