@@ -82,9 +82,9 @@ class ServingCalibration:
     host side), read from real vLLM's inter-token latency minus its traced step time."""
     host_us_per_seq: float
     """Added host time per running sequence (output processing, detokenisation)."""
-    nongraph_step_us: float
-    """Added cost of a step with more tokens than vLLM's largest CUDA graph (kernels launched one by
-    one: the prefill-carrying steps), fitted to the real trace's prefill steps and time to first token."""
+    api_us_per_prompt_token: float
+    """vLLM's API server takes requests one at a time: this much per prompt token before a request
+    reaches the engine (fitted to the captures' time to first token under bursts)."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
         serving=ServingCalibration(
             host_us_per_step=float(v["hostUsPerStep"]),
             host_us_per_seq=float(v["hostUsPerSeq"]),
-            nongraph_step_us=float(v["nongraphStepUs"]),
+            api_us_per_prompt_token=float(v["apiUsPerPromptToken"]),
         ),
     )
 
@@ -193,7 +193,7 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
         "serving": {
             "hostUsPerStep": cal.serving.host_us_per_step,
             "hostUsPerSeq": cal.serving.host_us_per_seq,
-            "nongraphStepUs": cal.serving.nongraph_step_us,
+            "apiUsPerPromptToken": cal.serving.api_us_per_prompt_token,
         },
     }
 

@@ -8,12 +8,19 @@ says how every file was taken):
   annotation names what the step computed (prefill chunks, decoding sequences);
 - **the serving loop's host time**: inter-token latency P50 of the project's load generator
   (profiler off) minus the modelled GPU step of the same batch;
-- **time to first token at concurrency 1**: one 1024-token prefill, which runs without a CUDA
-  graph (vLLM captures graphs up to 2 x --max-num-seqs tokens, at most 512).
+- **time to first token at concurrency 1**: the API server's intake of one 1024-token prompt and
+  its prefill (with the intake below, the prefill needs no cost beyond its roofline: a constant
+  for steps too large for vLLM's CUDA graphs was tried and fitted to zero);
+- **the API server's intake per prompt token** (``serving.apiUsPerPromptToken``, 8 µs): not
+  fitted here, since only a replay shows it. Requests reach vLLM's engine one after another, so a
+  burst of prompts is prefilled later and in fewer, larger steps than it arrived; replaying the
+  c32 and long-prompt captures in the simulator with 8 µs per token gives their TTFT P50 and
+  TPOT within a few per cent (0 µs: TTFT P50 -41 % and -52 %, TPOT +9 % and +18 %; 12 µs: no
+  better at c32).
 
 The fit: Nelder-Mead (the dependency-free one of :mod:`calibration_fit`) on log(simulated /
-measured) over the compositions, for the compute constants and the non-graph step cost; then
-the host constants by least squares. The collectives keep their fit to the PyTorch + NCCL
+measured) over the compositions, for the compute constants; then the host constants by least
+squares. The collectives keep their fit to the PyTorch + NCCL
 measurements (``tests/data/h200``), which remain the data for how TP scales: no multi-GPU
 vLLM capture exists yet. ``python -m kneepoint.simulator.calibration_vllm tests/data/vllm
 --write`` refits and rewrites ``kneepoint/data/simulator_calibration.json``; without
@@ -51,7 +58,6 @@ from kneepoint.simulator.perf_model import (
     Hardware,
     PerfModel,
     StepWork,
-    cuda_graph_max_tokens,
     prefill_work,
     shape_from_architecture,
 )
@@ -148,8 +154,7 @@ def llama8b_h200_tp1(cal: Calibration, max_num_seqs: int = MAX_NUM_SEQS) -> Perf
     est = estimate_memory(arch, gpu, Tier(1, 1), max_model_len=4096, concurrency=max_num_seqs, context_len=4096,
                           gpu_memory_utilization=0.9, max_num_seqs=max_num_seqs, interconnect="nvlink")
     deployment = Deployment(tensor_parallel=1, pipeline_parallel=1, weight_bytes_per_gpu=est.weights_bytes_per_gpu,
-                            kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
-                            cuda_graph_max_tokens=cuda_graph_max_tokens(max_num_seqs))
+                            kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu)
     return PerfModel(shape_from_architecture(arch), Hardware.from_gpu(gpu, "nvlink"), deployment, cal)
 
 
@@ -170,9 +175,7 @@ _FIT_KEYS = ("weight_bandwidth_efficiency", "kv_bandwidth_efficiency", "compute_
 
 
 def _with(cal: Calibration, vec: list[float]) -> Calibration:
-    compute = replace(cal.compute, **dict(zip(_FIT_KEYS, vec[:len(_FIT_KEYS)])))
-    serving = replace(cal.serving, nongraph_step_us=vec[len(_FIT_KEYS)])
-    return replace(cal, compute=compute, serving=serving)
+    return replace(cal, compute=replace(cal.compute, **dict(zip(_FIT_KEYS, vec))))
 
 
 def tp_scaling_pairs(points: list[MeasuredPoint]) -> list[tuple[MeasuredPoint, MeasuredPoint]]:
@@ -197,7 +200,7 @@ def scaling_error(pair: tuple[MeasuredPoint, MeasuredPoint], cal: Calibration) -
 
 def fit(compositions: list[StepComposition], itl_p50: dict[int, float], ttft_c1_ms: float,
         start: Calibration, h200_points: list[MeasuredPoint] | None = None) -> Calibration:
-    """Compute constants and the non-graph cost on the step table and TTFT at c1 (with how TP scales in
+    """Compute constants on the step table and TTFT at c1 (with how TP scales in
     the PyTorch data: a fixed per-layer cost does not shrink with TP, streamed weights do); then the
     host constants."""
     host0 = start.serving
@@ -211,7 +214,8 @@ def fit(compositions: list[StepComposition], itl_p50: dict[int, float], ttft_c1_
             if comp.fitted:
                 total += math.log(model.gpu_step_time(comp.work()).seconds * 1e3 / comp.median_ms) ** 2
         # One 1024-token prefill at concurrency 1, the serving loop's time around it included.
-        ttft = (model.gpu_step_time(prefill_work(PROMPT)).seconds + host0.host_us_per_step * 1e-6) * 1e3
+        ttft = (model.gpu_step_time(prefill_work(PROMPT)).seconds + host0.host_us_per_step * 1e-6
+                + host0.api_us_per_prompt_token * PROMPT * 1e-6) * 1e3
         total += 4.0 * math.log(ttft / ttft_c1_ms) ** 2  # the one unprofiled prefill, for the small ones
         if pairs:
             total += SCALING_WEIGHT * statistics.fmean(math.log(1.0 + scaling_error(pair, trial)) ** 2 for pair in pairs)
@@ -222,7 +226,7 @@ def fit(compositions: list[StepComposition], itl_p50: dict[int, float], ttft_c1_
 
     c = start.compute
     x0 = [min(getattr(c, k), 0.95 * CEILINGS.get(k, math.inf)) for k in _FIT_KEYS]
-    vec = nelder_mead(loss, x0 + [max(start.serving.nongraph_step_us, 10000.0)], iterations=6000)
+    vec = nelder_mead(loss, x0, iterations=6000)
     cal = _with(start, vec)
     # Host time: ITL P50 minus the GPU's decode step, linear in the running sequences.
     model = llama8b_h200_tp1(cal)
@@ -285,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             "computeEfficiency": c.compute_efficiency, "rooflineSharpness": c.roofline_sharpness,
             "overheadUsPerLayer": c.overhead_us_per_layer}))
         doc["serving"] = _rounded({"hostUsPerStep": v.host_us_per_step, "hostUsPerSeq": v.host_us_per_seq,
-                                   "nongraphStepUs": v.nongraph_step_us})
+                                   "apiUsPerPromptToken": v.api_us_per_prompt_token})
         target.write_text(json.dumps(doc, indent=2) + "\n")
         cal = calibration_from_json(doc)
     rows = comparison_rows(comps, cal)
@@ -300,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     errors = [scaling_error(pair, cal) for pair in tp_scaling_pairs(load_points(args.h200_dir))]
     print(f"TP scaling vs the PyTorch data ({len(errors)} TP>1 points over their TP1 point): mean |error| "
           f"{statistics.fmean(abs(e) for e in errors):.1%}, worst {max(errors, key=abs):+.1%}")
-    ttft = (model.gpu_step_time(prefill_work(PROMPT)).seconds + model.host_seconds(prefill_work(PROMPT))) * 1e3
+    ttft = (model.gpu_step_time(prefill_work(PROMPT)).seconds + model.host_seconds(prefill_work(PROMPT))
+            + cal.serving.api_us_per_prompt_token * PROMPT * 1e-6) * 1e3
     real = load_ttft_c1_ms(args.data_dir)
     errors = [scaling_error(pair, cal) for pair in tp_scaling_pairs(load_points(args.h200_dir))]
     print(f"TP scaling vs the PyTorch data ({len(errors)} TP>1 points over their TP1 point): mean |error| "

@@ -48,7 +48,6 @@ from kneepoint.simulator.perf_model import (
     Deployment,
     Hardware,
     PerfModel,
-    cuda_graph_max_tokens,
     shape_from_architecture,
 )
 from kneepoint.simulator.server import SimulatorSettings, serve_forever
@@ -312,8 +311,7 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
     hardware = Hardware.from_gpu(gpu, interconnect, fp8_compute=fp8, inter_node_gbps=opts["inter_node_gbps"])
     deployment = Deployment(tensor_parallel=tp, pipeline_parallel=pp, weight_bytes_per_gpu=est.weights_bytes_per_gpu,
                             kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
-                            activation_bytes=4 if weight_dtype == "float32" else 2, enforce_eager=opts["enforce_eager"],
-                            cuda_graph_max_tokens=cuda_graph_max_tokens(max_num_seqs))
+                            activation_bytes=4 if weight_dtype == "float32" else 2, enforce_eager=opts["enforce_eager"])
     perf = PerfModel(shape_from_architecture(arch), hardware, deployment, load_calibration())
     load_seconds = opts["model_load_seconds"]
     if load_seconds is None:

@@ -112,14 +112,6 @@ class Deployment:
     activation_bytes: int = 2
     """Bytes per activation element (bf16/fp16: 2), what the collectives move."""
     enforce_eager: bool = False
-    cuda_graph_max_tokens: int = 512
-    """Largest step (in tokens) vLLM replays as a CUDA graph: min(2 x --max-num-seqs, 512), as vLLM
-    0.24 sizes its capture list; larger steps launch their kernels one by one."""
-
-
-def cuda_graph_max_tokens(max_num_seqs: int) -> int:
-    """vLLM's largest CUDA-graph capture size for ``--max-num-seqs`` (its default capture list)."""
-    return min(2 * max_num_seqs, 512)
 
 
 @dataclass(frozen=True)
@@ -229,7 +221,6 @@ class PerfModel:
         v = calibration.serving
         self._host_step = v.host_us_per_step * 1e-6
         self._host_seq = v.host_us_per_seq * 1e-6
-        self._nongraph = v.nongraph_step_us * 1e-6
 
     # -- pieces ----------------------------------------------------------------------------
     def _weights_read(self, tokens: int) -> float:
@@ -296,8 +287,6 @@ class PerfModel:
         micro = 1.0 / micro_batches
         comm, bus = self._collectives(work, micro)
         compute = self._stage_compute(work, micro)
-        if not self.deployment.enforce_eager and work.tokens * micro > self.deployment.cuda_graph_max_tokens:
-            compute += self._nongraph
         stage = max(compute + comm, self._eager_floor)
         if pp == 1:
             return StepTime(stage, comm, 0.0, bus)

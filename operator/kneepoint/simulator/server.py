@@ -194,6 +194,7 @@ class Engine:
         self.settings = settings
         loop = asyncio.get_running_loop()
         self._loop = loop
+        self._intake_free_at = 0.0
         config = SchedulerConfig(max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
                                  num_gpu_blocks=settings.num_gpu_blocks, max_model_len=settings.max_model_len,
                                  block_size=settings.block_size)
@@ -257,6 +258,18 @@ class Engine:
 
     def loop_time(self) -> float:
         return self._loop.time()
+
+    async def intake(self, prompt_tokens: int) -> None:
+        """Hold a request for vLLM's API-server intake. One process takes requests one after another
+        (parsing, tokenisation, hand-over to the engine core), so a burst of long prompts reaches the
+        engine spread out and late: in the real c32 capture, requests sent together started their
+        prefill some 70 ms after a wave's last token, while the others' decode steps ran on."""
+        cost = self.settings.perf.calibration.serving.api_us_per_prompt_token * prompt_tokens * 1e-6
+        if cost <= 0:
+            return
+        now = self._loop.time()
+        self._intake_free_at = max(self._intake_free_at, now) + cost
+        await asyncio.sleep(self._intake_free_at - now)
 
     def submit(self, handle: RequestHandle, finish_reason: str) -> None:
         if handle.request_id in self.handles:
@@ -549,6 +562,7 @@ class Api:
             return await self._respond_whole(request, handle, finish_reason)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
         await response.prepare(request)
+        await engine.intake(handle.prompt_tokens)
         engine.submit(handle, finish_reason)
         try:
             while True:
@@ -569,6 +583,7 @@ class Api:
 
     async def _respond_whole(self, request: web.Request, handle: RequestHandle, finish_reason: str) -> web.Response:
         engine = self.engine
+        await engine.intake(handle.prompt_tokens)
         engine.submit(handle, finish_reason)
         try:
             while not handle.finished:

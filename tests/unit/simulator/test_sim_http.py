@@ -339,11 +339,15 @@ async def test_continuous_batching_over_http_queues_beyond_max_num_seqs() -> Non
                     return await resp.json()
             jobs = [asyncio.create_task(one()) for _ in range(10)]
             # 120 tokens take about half a second of simulated decode, far longer than submitting ten requests.
+            # The API-server intake hands them over one by one, so the first may start alone; the next
+            # step fills up to the cap and the rest wait.
+            peak = 0
             for _ in range(200):
-                if engine.scheduler.num_running + engine.scheduler.num_waiting == 10:
+                peak = max(peak, engine.scheduler.num_running)
+                if engine.scheduler.num_running == 4 and engine.scheduler.num_waiting == 6:
                     break
                 await asyncio.sleep(0.005)
-            assert engine.scheduler.num_running == 4 and engine.scheduler.num_waiting == 6
+            assert engine.scheduler.num_running == 4 and engine.scheduler.num_waiting == 6 and peak <= 4
             results = await asyncio.gather(*jobs)
         assert all(r["usage"]["completion_tokens"] == 120 for r in results)
     finally:
@@ -409,3 +413,27 @@ async def test_x_request_id_names_the_response_and_the_truth_line(tmp_path) -> N
     assert sorted(t["id"] == "cmpl-dup" for t in twins) == [False, True]
     ids = {json.loads(line)["id"] for line in path.read_text().splitlines()}
     assert ids == {"cmpl-abc-1"} | {t["id"] for t in twins}
+
+
+async def test_api_server_intake_takes_requests_one_after_another(monkeypatch) -> None:
+    """vLLM's API server hands requests to the engine one at a time: a burst is spread by each
+    prompt's intake cost (serving.apiUsPerPromptToken per prompt token), not delivered at once."""
+    settings = make_settings()
+    engine, runners, task = await start(settings)
+    try:
+        per_token = settings.perf.calibration.serving.api_us_per_prompt_token * 1e-6
+        assert per_token > 0
+        waits: list[float] = []
+        real_sleep = asyncio.sleep
+
+        async def recording_sleep(delay: float) -> None:
+            waits.append(delay)
+            await real_sleep(0)
+
+        monkeypatch.setattr(asyncio, "sleep", recording_sleep)
+        monkeypatch.setattr(engine._loop, "time", lambda: 100.0)  # a frozen clock: only the queue counts
+        await asyncio.gather(engine.intake(1000), engine.intake(1000), engine.intake(500))
+        assert waits == pytest.approx([1000 * per_token, 2000 * per_token, 2500 * per_token])
+    finally:
+        monkeypatch.undo()
+        await stop(engine, runners, task)
