@@ -43,13 +43,7 @@ from kneepoint.core.memory_estimate import (
 )
 from kneepoint.core.tiers import Tier
 from kneepoint.simulator.calibration import load_calibration
-from kneepoint.simulator.perf_model import (
-    INTERCONNECTS,
-    Deployment,
-    Hardware,
-    PerfModel,
-    shape_from_architecture,
-)
+from kneepoint.simulator.perf_model import INTERCONNECTS, Deployment, Hardware, PerfModel, shape_from_architecture
 from kneepoint.simulator.server import SimulatorSettings, serve_forever
 
 log = logging.getLogger("kneepoint.sim")
