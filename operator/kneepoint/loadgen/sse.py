@@ -221,11 +221,19 @@ class CompletionStream:
         if choices:
             if not isinstance(choices, list):
                 raise MalformedStream(f"choices that is not a list: {payload[:80]!r}")
+            # TTFT waits for output text (a chat stream's role-only first chunk is not output). After it,
+            # every chunk with a choice is one engine step's delta, empty text included (vLLM sends those,
+            # e.g. a token that decodes to nothing yet, or a finish_reason-only last chunk): it ends a gap
+            # and moves E2E, as vLLM bench counts it, so TPOT and ITL agree on the same server.
             if chunk_output_text(choices[0]):
                 if self.last_output_at is None:
                     self.first_output_at = now
                 else:
                     self.gaps.append(now - self.last_output_at)
+                self.last_output_at = now
+                self.output_chunks += 1
+            elif self.last_output_at is not None:
+                self.gaps.append(now - self.last_output_at)
                 self.last_output_at = now
                 self.output_chunks += 1
 

@@ -74,6 +74,20 @@ class PipelineCalibration:
 
 
 @dataclass(frozen=True)
+class ServingCalibration:
+    """What vLLM's serving loop adds to the GPU's forward pass (fitted to real vLLM 0.24 on an H200)."""
+
+    host_us_per_step: float
+    """Time between two engine steps in which the GPU is idle (scheduling, input preparation, sampling's
+    host side), read from real vLLM's inter-token latency minus its traced step time."""
+    host_us_per_seq: float
+    """Added host time per running sequence (output processing, detokenisation)."""
+    api_us_per_prompt_token: float
+    """vLLM's API server takes requests one at a time: this much per prompt token before a request
+    reaches the engine (fitted to the captures' time to first token under bursts)."""
+
+
+@dataclass(frozen=True)
 class PowerCalibration:
     """Board power as a fraction of the catalogue's TDP, idle and fully busy."""
 
@@ -90,6 +104,7 @@ class Calibration:
     eager: EagerCalibration
     pipeline: PipelineCalibration
     power: PowerCalibration
+    serving: ServingCalibration
 
 
 def _protocol(row: Mapping[str, Any]) -> CollectiveProtocol:
@@ -111,7 +126,7 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
         )
         for name, row in doc["links"].items()
     }
-    e, p, w = doc["eager"], doc["pipeline"], doc["power"]
+    e, p, w, v = doc["eager"], doc["pipeline"], doc["power"], doc["serving"]
     return Calibration(
         compute=ComputeCalibration(
             weight_bandwidth_efficiency=float(c["weightBandwidthEfficiency"]),
@@ -131,6 +146,11 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             inter_node_latency_us=float(p["interNodeLatencyUs"]),
         ),
         power=PowerCalibration(idle_fraction=float(w["idleFraction"]), busy_fraction=float(w["busyFraction"])),
+        serving=ServingCalibration(
+            host_us_per_step=float(v["hostUsPerStep"]),
+            host_us_per_seq=float(v["hostUsPerSeq"]),
+            api_us_per_prompt_token=float(v["apiUsPerPromptToken"]),
+        ),
     )
 
 
@@ -170,6 +190,11 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "interNodeLatencyUs": cal.pipeline.inter_node_latency_us,
         },
         "power": {"idleFraction": cal.power.idle_fraction, "busyFraction": cal.power.busy_fraction},
+        "serving": {
+            "hostUsPerStep": cal.serving.host_us_per_step,
+            "hostUsPerSeq": cal.serving.host_us_per_seq,
+            "apiUsPerPromptToken": cal.serving.api_us_per_prompt_token,
+        },
     }
 
 

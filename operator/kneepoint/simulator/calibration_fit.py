@@ -195,9 +195,10 @@ H200 = get_gpu_type("h200")
 
 def predict(point: MeasuredPoint, cal: Calibration) -> StepTime:
     """The simulator's step time for the measured configuration."""
+    # Graph replays of a plain-PyTorch model: the GPU's part alone, no serving loop.
     model = PerfModel(point.shape, Hardware.from_gpu(H200, point.interconnect), point.deployment, cal)
     work = decode_work(point.batch, point.context_tokens) if point.kind == "decode" else prefill_work(point.batch)
-    return model.step_time(work)
+    return model.gpu_step_time(work)
 
 
 def predict_allreduce_us(point: AllReducePoint, cal: Calibration) -> float:

@@ -313,11 +313,20 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
     if load_seconds < 0:
         fail("--model-load-seconds", f"must be >= 0; got {load_seconds}")
     names = tuple(opts["served_model_name"]) or (model,)
+    # vllm:cache_config_info's labels as vLLM 0.24 writes them (tests/data/vllm/8b-tp1-cache-config-info-mns128.txt).
+    # Prefix caching is vLLM's default (on); the simulator serves no prompt twice from cache.
+    pool = num_blocks * block
     cache_config = {
-        "block_size": str(block), "cache_dtype": kv_dtype, "calculate_kv_scales": "False", "cpu_offload_gb": "0",
-        "enable_prefix_caching": "False", "gpu_memory_utilization": str(util), "is_attention_free": "False",
+        "_block_size_resolved": "True", "block_size": str(block), "cache_dtype": kv_dtype,
+        "calculate_kv_scales": "False", "enable_prefix_caching": "True", "gpu_memory_utilization": str(util),
+        "hash_block_size": "None", "is_attention_free": "False", "kv_cache_dtype_skip_layers": "[]",
+        "kv_cache_max_concurrency": str(pool / requested_len), "kv_cache_memory_bytes": "None",
+        "kv_cache_size_tokens": str(pool), "kv_offloading_backend": "native", "kv_offloading_size": "None",
+        "kv_sharing_fast_prefill": "False", "mamba_block_size": "None", "mamba_cache_dtype": "auto",
+        "mamba_cache_mode": "none", "mamba_page_size_padded": "None", "mamba_ssm_cache_dtype": "auto",
         "num_cpu_blocks": "None", "num_gpu_blocks": str(num_blocks), "num_gpu_blocks_override": "None",
-        "sliding_window": "None", "swap_space_bytes": "0",
+        "prefix_caching_hash_algo": "sha256", "sliding_window": "None", "user_specified_block_size": "False",
+        "user_specified_mamba_block_size": "False",
     }
     return SimulatorSettings(
         model=model, served_model_names=names, host=opts["host"], port=opts["port"], dcgm_port=opts["dcgm_port"],

@@ -21,7 +21,7 @@ bandwidths and FLOPs from the GPU catalogue. Pure: no I/O, no clock.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kneepoint.core.architectures import ModelArchitecture
 from kneepoint.core.gpus import GpuType
@@ -218,6 +218,9 @@ class PerfModel:
         eager = calibration.eager
         host_us = eager.host_us_per_layer_tp1 if tp == 1 else eager.host_us_per_layer_tp_many
         self._eager_floor = host_us * self._stage_layers * 1e-6 if deployment.enforce_eager else 0.0
+        v = calibration.serving
+        self._host_step = v.host_us_per_step * 1e-6
+        self._host_seq = v.host_us_per_seq * 1e-6
 
     # -- pieces ----------------------------------------------------------------------------
     def _weights_read(self, tokens: int) -> float:
@@ -271,8 +274,12 @@ class PerfModel:
         return pipe.p2p_latency_us * 1e-6 + nbytes / (hw.link_gbps * 1e9 * best_eff)
 
     # -- the model -------------------------------------------------------------------------
-    def step_time(self, work: StepWork) -> StepTime:
-        """Duration of one engine step doing ``work`` (no noise; the scheduler adds it)."""
+    def host_seconds(self, work: StepWork) -> float:
+        """The serving loop's time between GPU steps (vLLM's host side), for a step over ``work.seqs``."""
+        return self._host_step + self._host_seq * work.seqs
+
+    def gpu_step_time(self, work: StepWork) -> StepTime:
+        """The GPU's part of one step (what a profiler trace's step annotation spans)."""
         if work.tokens <= 0:
             return StepTime(0.0, 0.0, 0.0, 0.0)
         pp = self.deployment.pipeline_parallel
@@ -288,6 +295,14 @@ class PerfModel:
         bubble = pp * stage * (pp - micro_batches) / pp
         # Each stage GPU runs its collectives once per micro-batch.
         return StepTime(total, pp * comm + (pp - 1) * hop, bubble, bus * micro_batches)
+
+    def step_time(self, work: StepWork) -> StepTime:
+        """Duration of one engine step doing ``work``, the serving loop's host time included (no
+        noise; the scheduler adds it)."""
+        gpu = self.gpu_step_time(work)
+        if gpu.seconds <= 0:
+            return gpu
+        return replace(gpu, seconds=gpu.seconds + self.host_seconds(work))
 
     def decode_step(self, batch: int, context_tokens: int) -> StepTime:
         """Step time of ``batch`` sequences decoding one token with ``context_tokens`` cached each."""

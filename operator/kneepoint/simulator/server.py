@@ -28,7 +28,15 @@ from kneepoint.simulator.dcgm_metrics import DcgmMetrics
 from kneepoint.simulator.perf_model import PerfModel
 from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig, SimRequest, StepOutcome
 from kneepoint.simulator.telemetry import Telemetry
-from kneepoint.simulator.tokens import PromptError, count_chat_prompt, count_completion_prompt, output_text, output_word
+from kneepoint.simulator.tokens import (
+    BOS_TOKENS,
+    PromptError,
+    count_chat_prompt,
+    count_completion_prompt,
+    output_text,
+    output_word,
+    token_ids,
+)
 from kneepoint.simulator.vllm_metrics import VllmMetrics
 
 log = logging.getLogger("kneepoint.sim")
@@ -186,6 +194,7 @@ class Engine:
         self.settings = settings
         loop = asyncio.get_running_loop()
         self._loop = loop
+        self._intake_free_at = 0.0
         config = SchedulerConfig(max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
                                  num_gpu_blocks=settings.num_gpu_blocks, max_model_len=settings.max_model_len,
                                  block_size=settings.block_size)
@@ -249,6 +258,18 @@ class Engine:
 
     def loop_time(self) -> float:
         return self._loop.time()
+
+    async def intake(self, prompt_tokens: int) -> None:
+        """Hold a request for vLLM's API-server intake. One process takes requests one after another
+        (parsing, tokenisation, hand-over to the engine core), so a burst of long prompts reaches the
+        engine spread out and late: in the real c32 capture, requests sent together started their
+        prefill some 70 ms after a wave's last token, while the others' decode steps ran on."""
+        cost = self.settings.perf.calibration.serving.api_us_per_prompt_token * prompt_tokens * 1e-6
+        if cost <= 0:
+            return
+        now = self._loop.time()
+        self._intake_free_at = max(self._intake_free_at, now) + cost
+        await asyncio.sleep(self._intake_free_at - now)
 
     def submit(self, handle: RequestHandle, finish_reason: str) -> None:
         if handle.request_id in self.handles:
@@ -361,8 +382,14 @@ class Engine:
 
 
 def _error(status: int, message: str, kind: str = "BadRequestError", param: str | None = None) -> web.Response:
-    body = {"object": "error", "message": message, "type": kind, "param": param, "code": status}
+    # vLLM 0.24's shape: {"error": {...}} with the HTTP status as code (tests/data/vllm/8b-tp1-api-probes.txt).
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
     return web.json_response(body, status=status)
+
+
+def _validation(message: str, param: str, value: Any) -> str:
+    """vLLM's wording of a request-validation error: the message, then the parameter and its value."""
+    return f"{message} (parameter={param}, value={value})"
 
 
 class Api:
@@ -383,6 +410,7 @@ class Api:
             web.get("/v1/models", self.models),
             web.post("/v1/completions", self.completions),
             web.post("/v1/chat/completions", self.chat_completions),
+            web.post("/tokenize", self.tokenize),
         ]
 
     async def health(self, request: web.Request) -> web.Response:
@@ -415,6 +443,32 @@ class Api:
                 for i, name in enumerate(self.settings.served_model_names)]
         return web.json_response({"object": "list", "data": data})
 
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's POST /tokenize: a completions ``prompt`` or chat ``messages`` to its token count."""
+        s = self.settings
+        try:
+            body = await request.json(loads=json.loads)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "request body is not valid JSON")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model not in s.served_model_names:
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+        try:
+            if "messages" in body:
+                count = count_chat_prompt(body["messages"], bool(body.get("add_generation_prompt", True)))
+                source: Any = body["messages"]
+            else:
+                source = body.get("prompt")
+                count = count_completion_prompt(source)
+                if body.get("add_special_tokens", True) is False and isinstance(source, str):
+                    count -= BOS_TOKENS
+        except PromptError as exc:
+            return _error(400, str(exc), param="messages" if "messages" in body else "prompt")
+        return web.json_response({"count": count, "max_model_len": s.max_model_len,
+                                  "tokens": token_ids(source, count), "token_strs": None})
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
 
@@ -445,16 +499,38 @@ class Api:
         else:
             limit = body.get("max_tokens", 16)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            return {}, _error(400, f"max_tokens must be at least 1, got {limit}.", param="max_tokens")
-        if prompt >= s.max_model_len or (limit is not None and prompt + limit > s.max_model_len):
-            asked = prompt + (limit or 0)
-            return {}, _error(400, f"This model's maximum context length is {s.max_model_len} tokens. However, you requested "
-                                   f"{asked} tokens ({prompt} in the messages, {limit or 0} in the completion). Please reduce "
-                                   f"the length of the messages or completion.", param="max_tokens")
+            return {}, _error(400, _validation(f"max_tokens must be at least 1, got {limit}.", "max_tokens", limit),
+                              param="max_tokens")
+        problem = self._context_error(prompt, limit, chat)
+        if problem is not None:
+            return {}, problem
         return {"stream": stream, "prompt": prompt, "limit": limit,
                 "include_usage": bool(options.get("include_usage", False)),
                 "continuous_usage": bool(options.get("include_usage", False) and options.get("continuous_usage_stats", False)),
                 "model": model or s.model_name}, None
+
+    def _context_error(self, prompt: int, limit: int | None, chat: bool) -> web.Response | None:
+        """vLLM 0.24's answer when prompt + max_tokens exceed max_model_len: a 400, never a shortened
+        reply (measured: 4,000 prompt tokens + 256 asked at max_model_len 4096 is refused)."""
+        length = self.settings.max_model_len
+        if limit is not None and limit > length:
+            return _error(400, _validation(f"max_tokens={limit} cannot be greater than max_model_len=max_total_tokens="
+                                           f"{length}. Please request fewer output tokens.", "max_tokens", limit),
+                          param="max_tokens")
+        asked = limit if limit is not None else (0 if chat else 16)
+        if prompt + max(asked, 1) <= length:
+            return None
+        if chat:
+            # vLLM tokenizes a chat prompt only up to what could fit, so it knows a lower bound.
+            seen = min(prompt, length - asked + 1)
+            contains, total = f"at least {seen}", f"at least {seen + asked}"
+        else:
+            seen, contains, total = prompt, str(prompt), str(prompt + asked)
+        return _error(400, _validation(
+            f"This model's maximum context length is {length} tokens. However, you requested {asked} output tokens "
+            f"and your prompt contains {contains} input tokens, for a total of {total} tokens. Please reduce the "
+            f"length of the input prompt or the number of requested output tokens.", "input_tokens", seen),
+            param="input_tokens")
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         engine = self.engine
@@ -486,6 +562,7 @@ class Api:
             return await self._respond_whole(request, handle, finish_reason)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
         await response.prepare(request)
+        await engine.intake(handle.prompt_tokens)
         engine.submit(handle, finish_reason)
         try:
             while True:
@@ -506,6 +583,7 @@ class Api:
 
     async def _respond_whole(self, request: web.Request, handle: RequestHandle, finish_reason: str) -> web.Response:
         engine = self.engine
+        await engine.intake(handle.prompt_tokens)
         engine.submit(handle, finish_reason)
         try:
             while not handle.finished:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -108,8 +109,8 @@ async def test_streaming_chat_sends_role_then_content(sim) -> None:
     assert len(content) == 4 and all(c["object"] == "chat.completion.chunk" for c in content)
     assert [c["usage"]["completion_tokens"] for c in content] == [1, 2, 3, 4]
     assert content[-1]["choices"][0]["finish_reason"] == "length"
-    # BOS + 5 template tokens around the message + 2 words + 4 for the reply header.
-    assert chunks[-1]["usage"]["prompt_tokens"] == 1 + 5 + 2 + 4
+    # BOS, the template's system turn (5 + its 20-token date preamble), 5 around the message, 2 words, 4 for the reply header.
+    assert chunks[-1]["usage"]["prompt_tokens"] == 1 + 25 + 5 + 2 + 4
 
 
 async def test_streaming_without_usage_ends_with_done(sim) -> None:
@@ -139,18 +140,96 @@ async def test_non_streaming_completion_and_chat(sim) -> None:
     assert body["choices"][0]["finish_reason"] == "stop" and 16 <= body["usage"]["completion_tokens"] <= 512
 
 
+REAL = Path(__file__).resolve().parents[2] / "data" / "vllm"
+
+
+def real_probe(title: str) -> tuple[int, dict]:
+    """(HTTP status, body) of one probe of real vLLM 0.24 (tests/data/vllm/8b-tp1-api-probes.txt)."""
+    text = (REAL / "8b-tp1-api-probes.txt").read_text()
+    block = text.split(f"## {title}\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    return int(block[1].split()[1]), json.loads(block[2])
+
+
 async def test_errors_look_like_vllms(sim) -> None:
+    """Status, nesting, type, param and message wording as real vLLM 0.24 answers (the same probes;
+    real max_model_len 4096 as here)."""
     _, _, session = sim
-    async with session.post("/v1/completions", json={"prompt": [1] * 4000, "max_tokens": 200}) as resp:
-        assert resp.status == 400
+    cases = [
+        ("completion 4000 ids max_tokens 256 (clamp?)", "/v1/completions", {"prompt": [7] * 4000, "max_tokens": 256}),
+        ("completion 4096 ids max_tokens 16", "/v1/completions", {"prompt": [7] * 4096, "max_tokens": 16}),
+        ("completion 10 ids max_tokens 5000", "/v1/completions", {"prompt": [7] * 10, "max_tokens": 5000}),
+        ("max_tokens 0", "/v1/completions", {"prompt": "x", "max_tokens": 0}),
+        ("max_tokens -1", "/v1/completions", {"prompt": "x", "max_tokens": -1}),
+        ("tokenize unknown model", "/tokenize", {"model": "nope", "prompt": "x"}),
+    ]
+    for title, path, payload in cases:
+        status, real = real_probe(title)
+        async with session.post(path, json=payload) as resp:
+            assert resp.status == status, title
+            body = await resp.json()
+        assert set(body) == {"error"}, title
+        assert body["error"] == {**real["error"], "message": body["error"]["message"]} or body["error"] == real["error"], title
+        assert body["error"]["message"] == real["error"]["message"], title
+    # Chat near the limit: vLLM reads only as much of the prompt as could fit, and says "at least".
+    status, real = real_probe("chat 4000 words max_tokens 256 (clamp?)")
+    words = " ".join(["the"] * 4000)
+    async with session.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": words}],
+                                                          "max_tokens": 256}) as resp:
+        assert resp.status == status == 400
         body = await resp.json()
-    assert body["object"] == "error" and "maximum context length is 4096 tokens" in body["message"]
-    async with session.post("/v1/completions", json={"model": "other", "prompt": "x"}) as resp:
+    assert body["error"]["message"] == real["error"]["message"] and body["error"]["param"] == "input_tokens"
+    async with session.post("/v1/completions", json={"model": "nope", "prompt": "x"}) as resp:
         assert resp.status == 404
+        assert (await resp.json())["error"] == {"message": "The model `nope` does not exist.", "type": "NotFoundError",
+                                                "param": "model", "code": 404}
     async with session.post("/v1/completions", json={"prompt": "x", "stream_options": {"include_usage": True}}) as resp:
-        assert resp.status == 400
+        assert resp.status == 400 and (await resp.json())["error"]["code"] == 400
     async with session.post("/v1/completions", data=b"{nope", headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 400 and (await resp.json())["error"]["type"] == "BadRequestError"
+
+
+async def test_a_request_that_just_fits_is_served_in_full(sim) -> None:
+    """vLLM 0.24 serves prompt + max_tokens == max_model_len whole, and refuses one token more (no clamping)."""
+    _, _, session = sim
+    async with session.post("/v1/completions", json={"prompt": [7] * 4090, "max_tokens": 6}) as resp:
+        assert resp.status == 200
+        assert (await resp.json())["usage"]["completion_tokens"] == 6
+    async with session.post("/v1/completions", json={"prompt": [7] * 4091, "max_tokens": 6}) as resp:
         assert resp.status == 400
+
+
+async def test_chat_template_overhead_near_max_model_len(sim) -> None:
+    """Llama-3.1-Instruct's template adds 35 tokens around one user message: a chat load whose words
+    plus output fill max_model_len exactly is refused, one 35 tokens shorter is served."""
+    _, _, session = sim
+    async def chat(words: int) -> int:
+        body = {"messages": [{"role": "user", "content": " ".join(["the"] * words)}], "max_tokens": 96}
+        async with session.post("/v1/chat/completions", json=body) as resp:
+            if resp.status == 200:
+                assert (await resp.json())["usage"]["prompt_tokens"] == words + 35
+            return resp.status
+    assert await chat(4096 - 96) == 400
+    assert await chat(4096 - 96 - 35) == 200
+    assert await chat(4096 - 96 - 34) == 400
+
+
+async def test_tokenize_as_vllm_answers(sim) -> None:
+    settings, _, session = sim
+    _, real = real_probe("tokenize completion text")
+    async with session.post("/tokenize", json={"model": MODEL, "prompt": [5, 6, 7]}) as resp:
+        body = await resp.json()
+    assert set(body) == set(real) and body["count"] == 3 and body["tokens"] == [5, 6, 7]
+    assert body["max_model_len"] == settings.max_model_len == real["max_model_len"]
+    async with session.post("/tokenize", json={"prompt": "the of and"}) as resp:
+        body = await resp.json()
+    assert body["count"] == 4 and len(body["tokens"]) == 4  # BOS + 3, as a Llama tokenizer
+    async with session.post("/tokenize", json={"prompt": "the of and", "add_special_tokens": False}) as resp:
+        assert (await resp.json())["count"] == 3
+    async with session.post("/tokenize", json={"messages": [{"role": "user", "content": "the of"}]}) as resp:
+        assert (await resp.json())["count"] == 2 + 35
+    async with session.post("/tokenize", json={"messages": [{"role": "user", "content": "the of"}],
+                                               "add_generation_prompt": False}) as resp:
+        assert (await resp.json())["count"] == 2 + 31
 
 
 def families(text: str) -> dict:
@@ -197,6 +276,15 @@ async def test_metrics_parse_with_vllm_names_types_and_labels(sim) -> None:
     [info] = fams["vllm:cache_config_info"].samples
     assert info.labels["block_size"] == "16" and info.labels["num_gpu_blocks"] == str(settings.num_gpu_blocks)
     assert info.labels["engine"] == "0" and info.value == 1.0
+    # The label set real vLLM 0.24 writes, with its values where they do not depend on the pool size.
+    [real] = families((REAL / "8b-tp1-cache-config-info-mns128.txt").read_text())["vllm:cache_config_info"].samples
+    assert set(info.labels) == set(real.labels)
+    pool_dependent = {"num_gpu_blocks", "kv_cache_size_tokens", "kv_cache_max_concurrency", "gpu_memory_utilization"}
+    assert {k: v for k, v in info.labels.items() if k not in pool_dependent} == \
+        {k: v for k, v in real.labels.items() if k not in pool_dependent}
+    assert info.labels["enable_prefix_caching"] == "True"
+    assert int(info.labels["kv_cache_size_tokens"]) == settings.num_gpu_blocks * 16
+    assert float(info.labels["kv_cache_max_concurrency"]) == settings.num_gpu_blocks * 16 / 4096
 
 
 async def test_dcgm_endpoint_one_series_per_gpu_with_pod_labels(sim) -> None:
@@ -251,11 +339,15 @@ async def test_continuous_batching_over_http_queues_beyond_max_num_seqs() -> Non
                     return await resp.json()
             jobs = [asyncio.create_task(one()) for _ in range(10)]
             # 120 tokens take about half a second of simulated decode, far longer than submitting ten requests.
+            # The API-server intake hands them over one by one, so the first may start alone; the next
+            # step fills up to the cap and the rest wait.
+            peak = 0
             for _ in range(200):
-                if engine.scheduler.num_running + engine.scheduler.num_waiting == 10:
+                peak = max(peak, engine.scheduler.num_running)
+                if engine.scheduler.num_running == 4 and engine.scheduler.num_waiting == 6:
                     break
                 await asyncio.sleep(0.005)
-            assert engine.scheduler.num_running == 4 and engine.scheduler.num_waiting == 6
+            assert engine.scheduler.num_running == 4 and engine.scheduler.num_waiting == 6 and peak <= 4
             results = await asyncio.gather(*jobs)
         assert all(r["usage"]["completion_tokens"] == 120 for r in results)
     finally:
@@ -321,3 +413,27 @@ async def test_x_request_id_names_the_response_and_the_truth_line(tmp_path) -> N
     assert sorted(t["id"] == "cmpl-dup" for t in twins) == [False, True]
     ids = {json.loads(line)["id"] for line in path.read_text().splitlines()}
     assert ids == {"cmpl-abc-1"} | {t["id"] for t in twins}
+
+
+async def test_api_server_intake_takes_requests_one_after_another(monkeypatch) -> None:
+    """vLLM's API server hands requests to the engine one at a time: a burst is spread by each
+    prompt's intake cost (serving.apiUsPerPromptToken per prompt token), not delivered at once."""
+    settings = make_settings()
+    engine, runners, task = await start(settings)
+    try:
+        per_token = settings.perf.calibration.serving.api_us_per_prompt_token * 1e-6
+        assert per_token > 0
+        waits: list[float] = []
+        real_sleep = asyncio.sleep
+
+        async def recording_sleep(delay: float) -> None:
+            waits.append(delay)
+            await real_sleep(0)
+
+        monkeypatch.setattr(asyncio, "sleep", recording_sleep)
+        monkeypatch.setattr(engine._loop, "time", lambda: 100.0)  # a frozen clock: only the queue counts
+        await asyncio.gather(engine.intake(1000), engine.intake(1000), engine.intake(500))
+        assert waits == pytest.approx([1000 * per_token, 2000 * per_token, 2500 * per_token])
+    finally:
+        monkeypatch.undo()
+        await stop(engine, runners, task)

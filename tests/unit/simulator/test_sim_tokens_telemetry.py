@@ -9,6 +9,7 @@ from kneepoint.simulator.tokens import (
     WORDS,
     PromptError,
     count_chat_prompt,
+    token_ids,
     count_completion_prompt,
     count_text_tokens,
     output_text,
@@ -27,13 +28,24 @@ def test_completion_and_chat_prompts() -> None:
     assert count_completion_prompt("a b c") == 4  # BOS + 3
     assert count_completion_prompt([5, 6, 7]) == 3
     assert count_completion_prompt([[5, 6, 7]]) == 3
-    assert count_chat_prompt([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]) == 1 + 4 + (5 + 2) + (5 + 1)
-    assert count_chat_prompt([{"role": "user", "content": [{"type": "text", "text": "two words"}]}]) == 1 + 4 + 5 + 2
+    # Llama-3.1-Instruct: BOS, the system turn with its 20-token date preamble, 5 per message, 4 for the reply header.
+    assert count_chat_prompt([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]) == 1 + 20 + 4 + (5 + 2) + (5 + 1)
+    assert count_chat_prompt([{"role": "user", "content": [{"type": "text", "text": "two words"}]}]) == 1 + 20 + 5 + 4 + 5 + 2
+    # About 35 tokens around one short user message, as the issue measured for Llama-3.1-Instruct.
+    assert count_chat_prompt([{"role": "user", "content": "hi"}]) - 1 == 35
+    assert count_chat_prompt([{"role": "user", "content": "hi"}], add_generation_prompt=False) == 36 - 4
     for bad in (None, 3, [], ["a", "b"]):
         with pytest.raises(PromptError):
             count_completion_prompt(bad)
     with pytest.raises(PromptError):
         count_chat_prompt([])
+
+
+def test_token_ids_for_tokenize() -> None:
+    assert token_ids([5, 6, 7], 3) == [5, 6, 7]
+    ids = token_ids("a b c", 4)
+    assert len(ids) == 4 and ids == token_ids("a b c", 4) and all(0 <= i < 128256 for i in ids)
+    assert token_ids("a b d", 4) != ids
 
 
 def test_output_words_are_seeded_and_one_token_each() -> None:

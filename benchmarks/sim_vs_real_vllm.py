@@ -1,0 +1,160 @@
+"""The simulator against real vLLM serving: every capture's workload replayed on `kneepoint sim`.
+
+For each load-generator capture of real vLLM 0.24.0 on one H200 in tests/data/vllm (README
+there), this starts `kneepoint sim` with the operator's own engine flags (the manifest
+builder's, for deploy/examples/experiment.yaml at TP1, with the capture engine's
+--max-num-seqs), runs the project's `kneepoint loadgen` against it with the capture's own
+flags, and prints the simulator's figures beside real vLLM's with the error. Then the
+per-composition step times, simulator model against the real traces.
+
+    .venv/bin/python benchmarks/sim_vs_real_vllm.py [--only c32-operator,c1] [--port 18400]
+
+Exit status 0 when every figure is within --tolerance (default 10 %), 1 otherwise. Takes about
+as long as the captures themselves took (the simulator runs in real time): about 5 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "vllm"
+CAPTURE_MAX_NUM_SEQS = 128
+"""The captures' engine ran with --max-num-seqs 128 (so one engine served the whole sweep); the
+operator's own flag is the load's concurrency. Below 128 concurrent requests both schedule alike."""
+PROFILED = ("-prof",)  # captures with a profiled slice measure the profiler, not serving
+FIGURES = (("out tok/s", "outputTokensPerSecond"), ("TTFT P50", "ttftP50Ms"), ("TTFT P99", "ttftP99Ms"),
+           ("TPOT mean", "tpotMeanMs"), ("E2E P50", "latencyP50Ms"), ("E2E P99", "latencyP99Ms"))
+
+
+def engine_args(max_num_seqs: int) -> list[str]:
+    """The operator's vLLM flags for the example experiment at TP1 (kube/manifests.py)."""
+    import yaml
+
+    from kneepoint.core.spec import parse_spec
+    from kneepoint.core.tiers import Tier
+    from kneepoint.kube.manifests import vllm_args
+
+    spec = parse_spec(yaml.safe_load((ROOT / "deploy" / "examples" / "experiment.yaml").read_text())["spec"])
+    args = vllm_args(spec, Tier(1, 1))
+    args[args.index("--max-num-seqs") + 1] = str(max_num_seqs)
+    return args
+
+
+def loadgen_args(config: dict, endpoint: str) -> list[str]:
+    """The capture's own load-generator flags, pointed at the simulator."""
+    args = ["--endpoint", endpoint, "--model", config["model"], "--api", config["api"],
+            "--concurrency", str(config["concurrency"]), "--num-requests", str(config["numRequests"]),
+            "--input-len", str(config["inputLen"]), "--output-len", str(config["outputLen"]),
+            "--seed", str(config["seed"]), "--warmup-requests", str(config["warmupRequests"]),
+            "--repeats", str(config["repeats"]), "--max-error-fraction", "1.0", "--no-progress"]
+    return args
+
+
+def wait_healthy(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"kneepoint sim exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError("kneepoint sim did not become healthy")
+
+
+def run_capture(name: str, capture: dict, port: int, exe: Path) -> dict:
+    sim_cmd = [str(exe), "sim", *engine_args(CAPTURE_MAX_NUM_SEQS), "--dcgm-port", "0", "--model-load-seconds", "0"]
+    sim_cmd[sim_cmd.index("--port") + 1] = str(port)
+    sim_cmd[sim_cmd.index("--host") + 1] = "127.0.0.1"
+    with tempfile.TemporaryDirectory() as tmp:
+        log = open(Path(tmp) / "sim.log", "w")
+        proc = subprocess.Popen(sim_cmd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_healthy(port, proc)
+            out = Path(tmp) / "lg.json"
+            cmd = [str(exe), "loadgen", *loadgen_args(capture["config"], f"http://127.0.0.1:{port}"), "--save-json", str(out)]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            return json.loads(out.read_text())["summary"]
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.close()
+
+
+def captures(only: set[str] | None) -> dict[str, dict]:
+    found = {}
+    for path in sorted(DATA.glob("8b-tp1-loadgen-*.json")):
+        name = path.name[len("8b-tp1-loadgen-"):-len(".json")]
+        if any(p in name for p in PROFILED) or (only and name not in only):
+            continue
+        doc = json.loads(path.read_text())
+        if "config" in doc and "summary" in doc:
+            found[name] = doc
+    return found
+
+
+def step_table() -> tuple[list[str], float]:
+    from kneepoint.simulator.calibration import load_calibration
+    from kneepoint.simulator.calibration_vllm import comparison_rows, load_compositions
+
+    rows = comparison_rows(load_compositions(DATA), load_calibration())
+    lines = ["| step composition | steps traced | real vLLM ms | simulator ms | error |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['composition']} | {r['steps']} | {r['real_ms']:.2f} | {r['sim_ms']:.2f} | {r['error']:+.1%} |")
+    worst = max(abs(r["error"]) for r in rows if r["fitted"] and r["composition"].startswith("decode"))
+    return lines, worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated capture names (e.g. c32-operator,c1)")
+    parser.add_argument("--port", type=int, default=18400)
+    parser.add_argument("--tolerance", type=float, default=0.10)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    args = parser.parse_args(argv)
+    exe = Path(sys.executable).with_name("kneepoint")
+    only = {s for s in args.only.split(",") if s} or None
+    caps = captures(only)
+    print(f"engine flags: kneepoint sim {' '.join(engine_args(CAPTURE_MAX_NUM_SEQS))}")
+    lines = ["| capture | workload | figure | real vLLM | simulator | error |", "|---|---|---|---|---|---|"]
+    results, worst = {}, 0.0
+    for name, cap in caps.items():
+        c = cap["config"]
+        sim = run_capture(name, cap, args.port, exe)
+        real = cap["summary"]
+        workload = f"{c['api']} c{c['concurrency']} {c['inputLen']}/{c['outputLen']} x{c['numRequests']}"
+        results[name] = {"workload": workload, "real": {}, "sim": {}}
+        for label, key in FIGURES:
+            r, s = float(real[key]), float(sim[key])
+            err = s / r - 1.0
+            worst = max(worst, abs(err))
+            results[name]["real"][key], results[name]["sim"][key] = r, s
+            fmt = "{:,.0f}" if key == "outputTokensPerSecond" else "{:,.1f}" if r >= 100 else "{:.2f}"
+            lines.append(f"| {name} | {workload} | {label} | {fmt.format(r)} | {fmt.format(s)} | {err:+.1%} |")
+        print(lines[-len(FIGURES)], flush=True)
+    print("\n" + "\n".join(lines))
+    steps, worst_step = step_table()
+    print("\n" + "\n".join(steps))
+    print(f"\nworst end-to-end error {worst:.1%} (goal {args.tolerance:.0%}); worst decode step error {worst_step:.1%} (goal 5%)")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0 if worst <= args.tolerance and worst_step <= 0.05 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
