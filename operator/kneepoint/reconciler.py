@@ -19,8 +19,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-import yaml
-
 from kneepoint.core import reasons
 from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, EnsureLoadTest, PublishRecommendation
 from kneepoint.core.architectures import architecture_from_spec, preset_names
@@ -48,7 +46,7 @@ from kneepoint.core.status import (
     set_condition,
 )
 from kneepoint.core.tiers import Tier
-from kneepoint.kube import manifests, naming, pod_status
+from kneepoint.kube import kserve, manifests, naming, pod_status
 from kneepoint.kube.child_reader import ChildReader
 from kneepoint.kube.child_writer import ChildWriter
 from kneepoint.kube.status_patch import merge_patch
@@ -605,18 +603,20 @@ class Reconciler:
         elif isinstance(action, DeleteAllChildren):
             await self.writer.delete_all(owner.name, owner.namespace, action.keep_tier)
         elif isinstance(action, PublishRecommendation):
-            isvc = manifests.build_inference_service(spec, owner, action.decision)
-            text = yaml.safe_dump(isvc, sort_keys=False)
-            await self.writer.replace_config_map(manifests.build_recommendation_configmap(spec, owner, action.decision, text))
-            predictor = isvc["spec"]["predictor"]
+            arch, _, _ = await self._resolve_architecture(spec, owner.namespace)
+            export = kserve.build_export(spec, owner, action.decision, arch, build, prometheus_url=self.settings.prometheus_url)
+            await self.writer.replace_config_map(kserve.build_recommendation_configmap(owner, action.decision, export))
+            if export.not_exportable:
+                log.warning("%s/%s: %s", owner.namespace, owner.name, export.not_exportable)
             status = dataclasses.replace(
                 status,
                 recommendation=Recommendation(
                     config_map_name=naming.recommendation_name(owner.name),
-                    min_replicas=predictor["minReplicas"],
-                    max_replicas=predictor["maxReplicas"],
-                    scale_metric=predictor["scaleMetric"],
-                    scale_target=predictor["scaleTarget"],
+                    min_replicas=export.scaling.min_replicas,
+                    max_replicas=export.scaling.max_replicas,
+                    scale_metric=export.scaling.scale_metric,
+                    scale_target=export.scaling.scale_target,
+                    not_exportable=export.not_exportable,
                 ),
             )
         return status
