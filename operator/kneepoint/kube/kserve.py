@@ -90,13 +90,15 @@ def canonical_mode(mode: str) -> str:
 def isvc_name(model_name: str) -> str:
     """A name KServe's webhook accepts: lower case, ``[-a-z0-9]``, starting with a letter, at most 39 characters.
 
-    Dots, underscores, slashes and other characters become ``-``; a name cut to length gets
+    Dots, underscores, slashes and other characters become ``-``, a leading digit gets
+    ``model-`` in front; a name cut to length gets
     a short hash of the original, so two long names that share a prefix stay distinct.
     """
     name = re.sub(r"[^a-z0-9]+", "-", model_name.lower()).strip("-")
-    name = re.sub(r"^[^a-z]+", "", name)  # must start with a letter
     if not name:
         name = "model"
+    elif not name[0].isalpha():
+        name = f"model-{name}"  # must start with a letter
     if len(name) > NAME_MAX_LENGTH:
         digest = hashlib.sha256(model_name.encode()).hexdigest()[:6]
         name = f"{name[: NAME_MAX_LENGTH - 7].rstrip('-')}-{digest}"
