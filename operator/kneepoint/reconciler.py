@@ -440,6 +440,9 @@ class Reconciler:
                 else:
                     queue_position = self.queue.peek_position(product, uid)
         ctx["gpu_product"] = product
+        # Which label each node matched the product by (GFD's, -SHARED included, or the probe's):
+        # the engine selects on that one, so a tier that looked schedulable is.
+        ctx["product_selectors"] = pod_status.product_selectors(nodes, product) if needs_fleet and product else {}
         ctx["require_nvlink"] = bool(fleet and fleet.has_nvlink())
         ctx["queue_product"] = product
         if product:
@@ -587,6 +590,12 @@ class Reconciler:
             pretend_termination_message=self.settings.sandbox_pretend_termination_message,
         )
         if isinstance(action, EnsureEngine):
+            selectors = ctx.get("product_selectors") or {}
+            chosen = [selectors[n] for n in (action.node_name, *action.node_names) if n in selectors]
+            if not chosen and len(set(selectors.values())) == 1:
+                chosen = list(selectors.values())
+            if chosen:
+                build = dataclasses.replace(build, gpu_product_label=chosen[0])
             if spec.mode == "Simulate" and not build.gpu_product:
                 build = dataclasses.replace(build, gpu_product=(obs.gpu.product_labels[0] if obs.gpu else None))
             if action.group_size > 1:

@@ -55,6 +55,8 @@ class BuildContext:
     """The resolved model architecture (preset name or JSON), passed to simulators."""
     gpu_product: str | None = None
     """GPU product label the experiment runs on (node selector, and the simulator's --gpu)."""
+    gpu_product_label: tuple[str, str] | None = None
+    """The node label (key, value) the capacity check matched gpu_product by; default (nvidia.com/gpu.product, gpu_product)."""
     require_nvlink: bool = True
     """Whether TP groups must sit inside one NVLink domain (False on PCIe-only fleets)."""
     pretend_termination_message: str | None = None
@@ -231,7 +233,9 @@ def build_engine_deployment(
     }
     if not simulate:
         selector = dict(spec.placement.node_selector)
-        if ctx.gpu_product:
+        if ctx.gpu_product_label:
+            selector.setdefault(*ctx.gpu_product_label)
+        elif ctx.gpu_product:
             selector.setdefault(naming.NODE_GPU_PRODUCT, ctx.gpu_product)
         if selector:
             pod_spec["nodeSelector"] = selector
