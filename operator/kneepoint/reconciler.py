@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from kubernetes.client.rest import ApiException
+
 from kneepoint.core import reasons
 from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, EnsureLoadTest, PublishRecommendation
 from kneepoint.core.architectures import architecture_from_spec, preset_names
@@ -355,6 +357,32 @@ class Reconciler:
             log.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
 
     # ------------------------------------------------------------------ observe
+    async def _missing_objects(self, spec: ExperimentSpec, namespace: str) -> tuple[str, ...]:
+        """What the engine pod would wait for forever: the model's PVC, the hub-token Secret or its key."""
+        missing = []
+        if spec.model.uri.startswith("pvc://"):
+            claim = spec.model.uri[len("pvc://") :].partition("/")[0]
+            if await self.reader.persistent_volume_claim(namespace, claim) is None:
+                missing.append(f"spec.model.uri: PersistentVolumeClaim {namespace}/{claim} not found")
+        ref = spec.model.hub_token_secret_ref
+        if ref is not None:
+            try:
+                keys = await self.reader.secret_keys(namespace, ref.name)
+            except ApiException as exc:
+                if exc.status != 403:
+                    raise
+                # No get on this Secret (the chart grants it by name only): the kubelet will tell.
+                log.debug("%s: cannot read Secret %s to check it (403)", namespace, ref.name)
+            else:
+                if keys is None:
+                    missing.append(f"spec.model.hubTokenSecretRef.name: Secret {namespace}/{ref.name} not found")
+                elif ref.key not in keys:
+                    missing.append(
+                        f"spec.model.hubTokenSecretRef.key: Secret {namespace}/{ref.name} has no key {ref.key!r} "
+                        f"(keys: {', '.join(sorted(keys)) or 'none'})"
+                    )
+        return tuple(missing)
+
     async def _resolve_architecture(self, spec: ExperimentSpec, namespace: str) -> tuple[Any, str | None, str | None]:
         """(architecture, architecture JSON for simulators, error)."""
         arch_spec = spec.model.architecture
@@ -397,6 +425,7 @@ class Reconciler:
         gpu = None
         if planning or (current is not None and current.phase in (TIER_COLLECTING, TIER_PENDING, TIER_WAITING, TIER_DEPLOYING)):
             arch, arch_json, arch_error = await self._resolve_architecture(spec, namespace)
+        missing = await self._missing_objects(spec, namespace) if planning else ()
         ctx["architecture_json"] = arch_json
 
         fleet = None
@@ -511,6 +540,7 @@ class Reconciler:
             metrics=metrics,
             leader_worker_set_api=lws_api,
             plan_error=arch_error,
+            missing_objects=missing,
             architecture=arch,
             gpu=gpu,
         )

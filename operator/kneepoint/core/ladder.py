@@ -125,6 +125,10 @@ def parse_rfc3339(text: str | None) -> float | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+# How often a plan that failed for a missing PVC or Secret looks again (no watch on either).
+MISSING_OBJECT_RECHECK_SECONDS = 30.0
+
+
 def measurement_hash(spec: ExperimentSpec) -> str:
     """Hash of the spec parts that define a measurement (not the stop rules or capacity).
 
@@ -276,6 +280,12 @@ def reconcile_step(
     if derive_phase(p.status.conditions) == "Failed" and p.status.observed_generation not in (None, obs.generation):
         return _restart_for_spec_change(p, spec_hash, after_failure=True).step()
 
+    # Failed only for want of an object the engine needs (a PVC, a Secret): look again.
+    failed = get_condition(p.status.conditions, reasons.FAILED)
+    if not p.status.tiers and failed is not None and failed.status == "True" and failed.reason == reasons.MISSING_OBJECT:
+        _plan(p, spec_hash)
+        return p.step()
+
     if derive_phase(p.status.conditions) in ("Decided", "Failed"):
         if p.status.observed_generation != obs.generation and derive_phase(p.status.conditions) == "Decided":
             _redecide_after_rule_change(p)
@@ -308,6 +318,20 @@ def reconcile_step(
 
 def _plan(p: _Pass, spec_hash: str) -> None:
     spec, obs = p.spec, p.obs
+    if obs.missing_objects:
+        why = "; ".join(obs.missing_objects)
+        failed = get_condition(p.status.conditions, reasons.FAILED)
+        if failed is None or failed.status != "True" or failed.message != f"Cannot deploy any tier: {why}":
+            p.condition(reasons.PLANNED, "False", reasons.MISSING_OBJECT, why)
+            p.condition(reasons.FAILED, "True", reasons.MISSING_OBJECT, f"Cannot deploy any tier: {why}")
+            p.event(reasons.MISSING_OBJECT, f"Cannot deploy any tier: {why} (checked again every {MISSING_OBJECT_RECHECK_SECONDS:g} s)", warning=True)
+            p.message(f"Cannot deploy any tier: {why}")
+            p.progressed = True
+        p.requeue(MISSING_OBJECT_RECHECK_SECONDS)
+        return
+    failed = get_condition(p.status.conditions, reasons.FAILED)
+    if failed is not None and failed.status == "True" and failed.reason == reasons.MISSING_OBJECT:
+        p.condition(reasons.FAILED, "False", reasons.PLAN_READY, "The objects the engine needs exist.")
     if obs.plan_error or obs.architecture is None or obs.gpu is None:
         why = obs.plan_error or ("no GPU type could be determined" if obs.gpu is None else "no model architecture")
         p.condition(reasons.PLANNED, "False", reasons.PLAN_FAILED, why)

@@ -374,3 +374,23 @@ def test_a_failed_experiment_starts_again_when_its_spec_is_edited():
     assert get_condition(d.status.conditions, reasons.FAILED) is None
     d.step(generation=2)
     assert d.status.phase == "Profiling" and d.tier("tp1-pp1").phase == "Pending"
+
+
+def test_missing_claim_fails_the_plan_naming_the_field_and_is_rechecked_until_it_appears():
+    d = Driver(make_spec("llama-3-8b"))
+    missing = ("spec.model.uri: PersistentVolumeClaim team-a/weights not found",)
+    r = d.step(missing_objects=missing)
+    assert d.status.phase == "Failed" and not d.status.tiers and not r.actions
+    failed = get_condition(d.status.conditions, reasons.FAILED)
+    assert failed.reason == reasons.MISSING_OBJECT and "PersistentVolumeClaim team-a/weights not found" in failed.message
+    assert [e.reason for e in r.events] == [reasons.MISSING_OBJECT] and r.requeue_after == 30.0
+    assert d.status.finished_at is None
+    # Still missing: no new event, same requeue.
+    r = d.step(missing_objects=missing)
+    assert r.events == [] and r.requeue_after == 30.0 and d.status.phase == "Failed"
+    # The claim appears: the ladder is planned and runs.
+    r = d.step()
+    assert get_condition(d.status.conditions, reasons.FAILED).status == "False"
+    assert get_condition(d.status.conditions, reasons.PLANNED).status == "True"
+    assert d.status.phase != "Failed" and d.status.tiers
+    assert any(isinstance(a, EnsureEngine) for a in d.step().actions)
