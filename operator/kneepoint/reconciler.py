@@ -41,6 +41,7 @@ from kneepoint.core.status import (
     TIER_COLLECTING,
     TIER_DEPLOYING,
     TIER_LOAD_TESTING,
+    TIER_MEASURED,
     TIER_PENDING,
     TIER_WAITING,
     ExperimentStatus,
@@ -52,6 +53,7 @@ from kneepoint.kube import kserve, manifests, naming, pod_status
 from kneepoint.kube.child_reader import ChildReader
 from kneepoint.kube.child_writer import ChildWriter
 from kneepoint.kube.status_patch import merge_patch
+from kneepoint.metrics.promql import ENGINE_SERIES
 from kneepoint.metrics.prometheus_reader import PrometheusReader
 from kneepoint.operator_metrics import OperatorMetrics
 from kneepoint.settings import OperatorSettings
@@ -490,6 +492,7 @@ class Reconciler:
             )
 
         engine = load_test = metrics = None
+        not_scraped = None
         lws_api = None
         if current is not None:
             tier = tier_of(current)
@@ -529,6 +532,8 @@ class Reconciler:
                     load_test = LoadTestState(attempt, True, succeeded, failed, summary, message)
             if current.phase == TIER_COLLECTING:
                 metrics = await self._metrics(spec, name, namespace, tier, current, now)
+            if current.phase == TIER_LOAD_TESTING and not any(t.phase == TIER_MEASURED for t in status.tiers):
+                not_scraped = await self._scrape_check(spec, name, namespace, tier, current, now)
 
         obs = Observations(
             now=now,
@@ -541,6 +546,7 @@ class Reconciler:
             leader_worker_set_api=lws_api,
             plan_error=arch_error,
             missing_objects=missing,
+            engine_not_scraped=not_scraped,
             architecture=arch,
             gpu=gpu,
         )
@@ -580,6 +586,27 @@ class Reconciler:
         finally:
             cache.refreshing = None
 
+    def _prometheus_reader(self, spec: ExperimentSpec) -> Any:
+        url = spec.metrics.prometheus_url or self.settings.prometheus_url
+        reader = self._prometheus.get(url)
+        if reader is None:
+            reader = self._prometheus[url] = self._prometheus_factory(url, self.settings.prometheus_scrape_interval_seconds)
+        return reader
+
+    async def _scrape_check(self, spec: ExperimentSpec, name: str, namespace: str, tier: Tier, current: Any, now: float) -> str | None:
+        """During the first tier's load test (two scrape intervals in): what Prometheus lacks of the engine, or None."""
+        from kneepoint.core.ladder import parse_rfc3339
+
+        started = parse_rfc3339(current.load_test_started_at)
+        if started is None or now - started < 2 * self.settings.prometheus_scrape_interval_seconds:
+            return None
+        reader = self._prometheus_reader(spec)
+        prefix = naming.engine_name(name, tier)
+        scraped = await reader.engine_scraped(namespace, prefix, now)
+        if scraped is False:
+            return f"Prometheus {reader.url} has no {ENGINE_SERIES} series for the engine's pods {namespace}/{prefix}-*"
+        return None
+
     async def _metrics(self, spec: ExperimentSpec, name: str, namespace: str, tier: Tier, current: Any, now: float) -> Any:
         from kneepoint.core.ladder import parse_rfc3339
 
@@ -587,10 +614,7 @@ class Reconciler:
         start = parse_rfc3339(current.load_test_started_at)
         if end is None or start is None or now - end < self.settings.ladder.metrics_settle_seconds:
             return None
-        url = spec.metrics.prometheus_url or self.settings.prometheus_url
-        reader = self._prometheus.get(url)
-        if reader is None:
-            reader = self._prometheus[url] = self._prometheus_factory(url, self.settings.prometheus_scrape_interval_seconds)
+        reader = self._prometheus_reader(spec)
         return await reader.window(namespace, naming.engine_name(name, tier), start, end)
 
     # ------------------------------------------------------------------ apply

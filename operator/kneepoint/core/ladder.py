@@ -624,12 +624,32 @@ def _tier_deploying(p: _Pass, current: TierResult) -> None:
     p.requeue(p.settings.poll_seconds)
 
 
+def _scrape_check(p: _Pass, tier: Tier) -> None:
+    """The first tier's load test: say now, not after the metrics deadline, that Prometheus sees no engine series."""
+    cond = get_condition(p.status.conditions, reasons.METRICS_AVAILABLE)
+    if p.obs.engine_not_scraped:
+        message = (
+            f"{tier.label}: {p.obs.engine_not_scraped}. Check that a PodMonitor or scrape job selects the engine pods "
+            "(chart: monitoring.engines.podMonitor.enabled; plain Prometheus: deploy/prometheus/scrape-config.yaml), that "
+            "its labels match what the Prometheus selects (kube-prometheus-stack: release=<its Helm release name>; "
+            "chart: monitoring.labels.release), and that spec.metrics.prometheusUrl (or the operator's --prometheus-url) "
+            "is that Prometheus. Without these series the rules that need metrics are not evaluated."
+        )
+        if cond is None or cond.reason != reasons.ENGINE_NOT_SCRAPED:
+            p.condition(reasons.METRICS_AVAILABLE, "False", reasons.ENGINE_NOT_SCRAPED, message[:1000])
+            p.event(reasons.ENGINE_NOT_SCRAPED, message[:1000], warning=True)
+            p.message(f"{tier.label}: load-testing; Prometheus has no series of the engine's pods (see condition MetricsAvailable)")
+    elif cond is not None and cond.reason == reasons.ENGINE_NOT_SCRAPED:
+        p.condition(reasons.METRICS_AVAILABLE, "Unknown", reasons.ENGINE_SCRAPED, f"{tier.label}: Prometheus now has the engine's series.")
+
+
 def _tier_load_testing(p: _Pass, current: TierResult) -> None:
     tier = tier_of(current)
     attempt = current.attempts or 1
     job = p.obs.load_test
     elapsed = _elapsed_since(p, current.load_test_started_at)
     engine = p.obs.engine
+    _scrape_check(p, tier)
     if engine is not None and engine.start_failure == START_OUT_OF_MEMORY:
         _fail_tier(p, current, reasons.TIER_OUT_OF_MEMORY, f"engine ran out of memory under load: {engine.failure_message or ''}".strip(), does_not_fit=True)
         return
