@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
 import sys
 
 import click
@@ -38,9 +40,15 @@ def command(
         json_logs=json_logs or None,
         metrics_port=metrics_port,
     )
-    from kneepoint.handlers import logs
+    from kneepoint.handlers import logs, prometheus_default
 
     logs.configure(json_lines=settings.json_logs, verbose=verbose)
+    named = prometheus_url is not None or "KNEEPOINT_PROMETHEUS_URL" in os.environ
+    choice = prometheus_default.choose(settings.prometheus_url, named)
+    if choice.note:
+        logging.getLogger("kneepoint.operator").warning("%s", choice.note)
+    if choice.url != settings.prometheus_url:
+        settings = dataclasses.replace(settings, prometheus_url=choice.url)
     import kneepoint.handlers.experiment  # noqa: F401  (registers the handlers)
 
     memo = kopf.Memo(operator_settings=settings)
