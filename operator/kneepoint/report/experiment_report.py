@@ -246,7 +246,8 @@ def kserve_line(report: ExperimentReport, export_hint: str | None = None) -> str
         shape += f" (TP{k.tensor_parallel} on each of {k.pipeline_parallel} nodes)"
     text = (
         f"KServe recommendation ({where}): InferenceService {k.name}, {shape}, minReplicas {k.min_replicas}, "
-        f"maxReplicas {k.max_replicas}, scaling on {k.scale_metric} at {k.scale_target} per replica"
+        f"maxReplicas {k.max_replicas}, "
+        + (f"scaling on {k.scale_metric} at {k.scale_target} per replica" if k.scale_metric != "none" else "fixed replicas (multi-node: autoscalerClass none)")
     )
     if export_hint:
         text += f"; `{export_hint}` prints it"

@@ -103,7 +103,7 @@ def test_pp_decision_kserve_line_names_the_nodes(tmp_path):
     doc["spec"]["model"]["uri"] = "pvc://models/llama-3-70b"
     out = run(write_doc(tmp_path, doc)).stdout
     assert "16 GPUs per replica (TP8 on each of 2 nodes)" in out
-    assert "scaling on none at" in out  # multi-node: fixed replicas (autoscalerClass none)
+    assert "fixed replicas (multi-node: autoscalerClass none)" in out
 
 
 def test_pp_decision_on_hub_storage_says_why_there_is_no_inference_service(tmp_path):
