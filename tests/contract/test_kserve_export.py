@@ -401,3 +401,16 @@ def test_uri_table_gives_exports_the_webhook_accepts(uri: str) -> None:
     spec = parse_spec({"model": {"uri": uri, "architecture": {"preset": "llama-3-8b"}}})
     d = Decision(tensor_parallel=1, pipeline_parallel=1, gpus_per_replica=1, replicas=2, per_replica_concurrency=8)
     assert webhook_errors(_export(spec, d, "llama-3-8b")) == []
+
+
+def test_a_gpu_resource_kserve_does_not_know_is_declared_for_its_webhook() -> None:
+    spec = parse_spec({
+        "model": {"uri": "pvc://models/llama-3.1-405b", "architecture": {"preset": "llama-3.1-405b"}},
+        "placement": {"gpuResource": "example.com/gpu"},
+    })  # fmt: skip
+    isvc = _export(spec, MULTI, "llama-3.1-405b")
+    assert isvc["metadata"]["annotations"][kserve.GPU_RESOURCE_TYPES] == '["example.com/gpu"]'
+    assert webhook_errors(isvc) == []
+    undeclared = copy.deepcopy(isvc)
+    del undeclared["metadata"]["annotations"][kserve.GPU_RESOURCE_TYPES]
+    assert "model.resources: unknown GPU resource type" in webhook_errors(undeclared)
