@@ -183,3 +183,12 @@ def test_cluster_not_found_and_not_decided(monkeypatch):
     result = run("fresh", "--kserve")
     assert result.exit_code == 1
     assert "not decided yet: experiment team-a/fresh has no status.decision yet" in result.stderr
+
+
+def test_cluster_export_says_why_the_operator_published_no_inference_service(monkeypatch):
+    doc = _decided_on_cluster()
+    doc["status"]["recommendation"]["notExportable"] = "TP8 x PP2 spans 2 nodes and cannot be exported as an InferenceService: because"
+    install_fake_cluster(monkeypatch, FakeCluster({"synthetic": doc}, {"synthetic-kserve": {"leaderworkerset.yaml": "kind: LeaderWorkerSet\n"}}))
+    result = run("synthetic", "--kserve")
+    assert result.exit_code == 3 and result.stdout == ""
+    assert "kneepoint export: error: TP8 x PP2 spans 2 nodes and cannot be exported as an InferenceService: because" in result.stderr
