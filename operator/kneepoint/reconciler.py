@@ -614,7 +614,10 @@ class Reconciler:
         start = parse_rfc3339(current.load_test_started_at)
         if end is None or start is None or now - end < self.settings.ladder.metrics_settle_seconds:
             return None
-        reader = self._prometheus_reader(spec)
+        url = spec.metrics.prometheus_url or self.settings.prometheus_url
+        reader = self._prometheus.get(url)
+        if reader is None:
+            reader = self._prometheus[url] = self._prometheus_factory(url, self.settings.prometheus_scrape_interval_seconds)
         return await reader.window(namespace, naming.engine_name(name, tier), start, end)
 
     # ------------------------------------------------------------------ apply

@@ -40,9 +40,11 @@ def command(
         json_logs=json_logs or None,
         metrics_port=metrics_port,
     )
-    from kneepoint.handlers import logs, prometheus_default
+    from kneepoint.handlers import logs
 
     logs.configure(json_lines=settings.json_logs, verbose=verbose)
+    from kneepoint.handlers import prometheus_default
+
     named = prometheus_url is not None or "KNEEPOINT_PROMETHEUS_URL" in os.environ
     choice = prometheus_default.choose(settings.prometheus_url, named)
     if choice.note:

@@ -43,14 +43,6 @@ class PrometheusReader:
     def _query(self, expr: str, at: float) -> list[dict[str, Any]]:
         return self._prom.custom_query(query=expr, params={"time": f"{at:.3f}", "timeout": f"{self.timeout:.0f}s"})
 
-    async def engine_scraped(self, namespace: str, pod_prefix: str, at: float) -> bool | None:
-        """Whether Prometheus has a series of the engine's pods now; None when it cannot be asked."""
-        try:
-            return bool(_scalar(await asyncio.to_thread(self._query, promql.engine_series_query(namespace, pod_prefix), at)))
-        except Exception as exc:  # the tier's own metric reads report Prometheus errors; here "unknown"
-            log.debug("Prometheus at %s failed: %s", self.url, exc)
-            return None
-
     async def window(self, namespace: str, pod_prefix: str, start: float, end: float) -> MetricWindow:
         """Query every tier metric over [start, end]; never raises (errors land in ``error``)."""
         seconds = promql.range_seconds(start, end, self.scrape_interval)
@@ -80,3 +72,11 @@ class PrometheusReader:
             comm_fraction=values[promql.COMM_FRACTION],
             missing=missing,
         )
+
+    async def engine_scraped(self, namespace: str, pod_prefix: str, at: float) -> bool | None:
+        """Whether Prometheus has a series of the engine's pods now; None when it cannot be asked."""
+        try:
+            return bool(_scalar(await asyncio.to_thread(self._query, promql.engine_series_query(namespace, pod_prefix), at)))
+        except Exception as exc:  # the tier's own metric reads report Prometheus errors; here "unknown"
+            log.debug("Prometheus at %s failed: %s", self.url, exc)
+            return None
