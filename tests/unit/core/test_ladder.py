@@ -374,4 +374,3 @@ def test_a_failed_experiment_starts_again_when_its_spec_is_edited():
     assert get_condition(d.status.conditions, reasons.FAILED) is None
     d.step(generation=2)
     assert d.status.phase == "Profiling" and d.tier("tp1-pp1").phase == "Pending"
-
