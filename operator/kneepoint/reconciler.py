@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+import yaml
 from kubernetes.client.rest import ApiException
 
 from kneepoint.core import reasons

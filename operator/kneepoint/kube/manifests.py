@@ -9,6 +9,7 @@ experiment.
 from __future__ import annotations
 
 import copy
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
