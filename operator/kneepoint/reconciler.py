@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import yaml
+from kubernetes.client.rest import ApiException
 
 from kneepoint.core import reasons
 from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, EnsureLoadTest, PublishRecommendation
@@ -41,6 +42,7 @@ from kneepoint.core.status import (
     TIER_COLLECTING,
     TIER_DEPLOYING,
     TIER_LOAD_TESTING,
+    TIER_MEASURED,
     TIER_PENDING,
     TIER_WAITING,
     ExperimentStatus,
@@ -48,10 +50,11 @@ from kneepoint.core.status import (
     set_condition,
 )
 from kneepoint.core.tiers import Tier
-from kneepoint.kube import manifests, naming, pod_status
+from kneepoint.kube import kserve, manifests, naming, pod_status
 from kneepoint.kube.child_reader import ChildReader
 from kneepoint.kube.child_writer import ChildWriter
 from kneepoint.kube.status_patch import merge_patch
+from kneepoint.metrics.promql import ENGINE_SERIES
 from kneepoint.metrics.prometheus_reader import PrometheusReader
 from kneepoint.operator_metrics import OperatorMetrics
 from kneepoint.settings import OperatorSettings
@@ -357,6 +360,32 @@ class Reconciler:
             log.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
 
     # ------------------------------------------------------------------ observe
+    async def _missing_objects(self, spec: ExperimentSpec, namespace: str) -> tuple[str, ...]:
+        """What the engine pod would wait for forever: the model's PVC, the hub-token Secret or its key."""
+        missing = []
+        if spec.model.uri.startswith("pvc://"):
+            claim = spec.model.uri[len("pvc://") :].partition("/")[0]
+            if await self.reader.persistent_volume_claim(namespace, claim) is None:
+                missing.append(f"spec.model.uri: PersistentVolumeClaim {namespace}/{claim} not found")
+        ref = spec.model.hub_token_secret_ref
+        if ref is not None:
+            try:
+                keys = await self.reader.secret_keys(namespace, ref.name)
+            except ApiException as exc:
+                if exc.status != 403:
+                    raise
+                # No get on this Secret (the chart grants it by name only): the kubelet will tell.
+                log.debug("%s: cannot read Secret %s to check it (403)", namespace, ref.name)
+            else:
+                if keys is None:
+                    missing.append(f"spec.model.hubTokenSecretRef.name: Secret {namespace}/{ref.name} not found")
+                elif ref.key not in keys:
+                    missing.append(
+                        f"spec.model.hubTokenSecretRef.key: Secret {namespace}/{ref.name} has no key {ref.key!r} "
+                        f"(keys: {', '.join(sorted(keys)) or 'none'})"
+                    )
+        return tuple(missing)
+
     async def _resolve_architecture(self, spec: ExperimentSpec, namespace: str) -> tuple[Any, str | None, str | None]:
         """(architecture, architecture JSON for simulators, error)."""
         arch_spec = spec.model.architecture
@@ -399,6 +428,7 @@ class Reconciler:
         gpu = None
         if planning or (current is not None and current.phase in (TIER_COLLECTING, TIER_PENDING, TIER_WAITING, TIER_DEPLOYING)):
             arch, arch_json, arch_error = await self._resolve_architecture(spec, namespace)
+        missing = await self._missing_objects(spec, namespace) if planning else ()
         ctx["architecture_json"] = arch_json
 
         fleet = None
@@ -445,6 +475,9 @@ class Reconciler:
                 else:
                     queue_position = self.queue.peek_position(product, uid)
         ctx["gpu_product"] = product
+        # Which label each node matched the product by (GFD's, -SHARED included, or the probe's):
+        # the engine selects on that one, so a tier that looked schedulable is.
+        ctx["product_selectors"] = pod_status.product_selectors(nodes, product) if needs_fleet and product else {}
         ctx["require_nvlink"] = bool(fleet and fleet.has_nvlink())
         ctx["queue_product"] = product
         if product:
@@ -463,6 +496,7 @@ class Reconciler:
             )
 
         engine = load_test = metrics = None
+        not_scraped = None
         lws_api = None
         if current is not None:
             tier = tier_of(current)
@@ -502,6 +536,8 @@ class Reconciler:
                     load_test = LoadTestState(attempt, True, succeeded, failed, summary, message)
             if current.phase == TIER_COLLECTING:
                 metrics = await self._metrics(spec, name, namespace, tier, current, now)
+            if current.phase == TIER_LOAD_TESTING and not any(t.phase == TIER_MEASURED for t in status.tiers):
+                not_scraped = await self._scrape_check(spec, name, namespace, tier, current, now)
 
         obs = Observations(
             now=now,
@@ -513,6 +549,8 @@ class Reconciler:
             metrics=metrics,
             leader_worker_set_api=lws_api,
             plan_error=arch_error,
+            missing_objects=missing,
+            engine_not_scraped=not_scraped,
             architecture=arch,
             gpu=gpu,
         )
@@ -551,6 +589,27 @@ class Reconciler:
             raise
         finally:
             cache.refreshing = None
+
+    def _prometheus_reader(self, spec: ExperimentSpec) -> Any:
+        url = spec.metrics.prometheus_url or self.settings.prometheus_url
+        reader = self._prometheus.get(url)
+        if reader is None:
+            reader = self._prometheus[url] = self._prometheus_factory(url, self.settings.prometheus_scrape_interval_seconds)
+        return reader
+
+    async def _scrape_check(self, spec: ExperimentSpec, name: str, namespace: str, tier: Tier, current: Any, now: float) -> str | None:
+        """During the first tier's load test (two scrape intervals in): what Prometheus lacks of the engine, or None."""
+        from kneepoint.core.ladder import parse_rfc3339
+
+        started = parse_rfc3339(current.load_test_started_at)
+        if started is None or now - started < 2 * self.settings.prometheus_scrape_interval_seconds:
+            return None
+        reader = self._prometheus_reader(spec)
+        prefix = naming.engine_name(name, tier)
+        scraped = await reader.engine_scraped(namespace, prefix, now)
+        if scraped is False:
+            return f"Prometheus {reader.url} has no {ENGINE_SERIES} series for the engine's pods {namespace}/{prefix}-*"
+        return None
 
     async def _metrics(self, spec: ExperimentSpec, name: str, namespace: str, tier: Tier, current: Any, now: float) -> Any:
         from kneepoint.core.ladder import parse_rfc3339
@@ -593,6 +652,12 @@ class Reconciler:
             pretend_termination_message=self.settings.sandbox_pretend_termination_message,
         )
         if isinstance(action, EnsureEngine):
+            selectors = ctx.get("product_selectors") or {}
+            chosen = [selectors[n] for n in (action.node_name, *action.node_names) if n in selectors]
+            if not chosen and len(set(selectors.values())) == 1:
+                chosen = list(selectors.values())
+            if chosen:
+                build = dataclasses.replace(build, gpu_product_label=chosen[0])
             if spec.mode == "Simulate" and not build.gpu_product:
                 build = dataclasses.replace(build, gpu_product=(obs.gpu.product_labels[0] if obs.gpu else None))
             if action.group_size > 1:
@@ -609,18 +674,20 @@ class Reconciler:
         elif isinstance(action, DeleteAllChildren):
             await self.writer.delete_all(owner.name, owner.namespace, action.keep_tier)
         elif isinstance(action, PublishRecommendation):
-            isvc = manifests.build_inference_service(spec, owner, action.decision)
-            text = yaml.safe_dump(isvc, sort_keys=False)
-            await self.writer.replace_config_map(manifests.build_recommendation_configmap(spec, owner, action.decision, text))
-            predictor = isvc["spec"]["predictor"]
+            arch, _, _ = await self._resolve_architecture(spec, owner.namespace)
+            export = kserve.build_export(spec, owner, action.decision, arch, build, prometheus_url=self.settings.prometheus_url)
+            await self.writer.replace_config_map(kserve.build_recommendation_configmap(owner, action.decision, export))
+            if export.not_exportable:
+                log.warning("%s/%s: %s", owner.namespace, owner.name, export.not_exportable)
             status = dataclasses.replace(
                 status,
                 recommendation=Recommendation(
                     config_map_name=naming.recommendation_name(owner.name),
-                    min_replicas=predictor["minReplicas"],
-                    max_replicas=predictor["maxReplicas"],
-                    scale_metric=predictor["scaleMetric"],
-                    scale_target=predictor["scaleTarget"],
+                    min_replicas=export.scaling.min_replicas,
+                    max_replicas=export.scaling.max_replicas,
+                    scale_metric=export.scaling.scale_metric,
+                    scale_target=export.scaling.scale_target,
+                    not_exportable=export.not_exportable,
                 ),
             )
         return status

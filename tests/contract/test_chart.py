@@ -255,8 +255,12 @@ def test_scheduling_values_reach_the_pod(helm: Path, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- RBAC
 
 
+# Granted only by name, when rbac.hubTokenSecretNames lists some (the plan-time Secret check).
+SECRETS_BY_NAME = {("", "secrets", "get")}
+
+
 def _keys(perms: set[Any], scope: str | None = None) -> set[tuple[str, str, str, str]]:
-    return {p.key() for p in perms if scope is None or p.scope == scope}
+    return {p.key() for p in perms if (scope is None or p.scope == scope) and p.key()[:3] not in SECRETS_BY_NAME}
 
 
 def test_cluster_wide_rbac_grants_exactly_what_the_code_calls(helm: Path, tmp_path: Path) -> None:
@@ -296,6 +300,16 @@ def test_rbac_never_names_secrets_nor_wildcards(helm: Path, tmp_path: Path) -> N
                 assert "secrets" not in rule.get("resources", []), doc["metadata"]["name"]
                 for key in ("apiGroups", "resources", "verbs"):
                     assert "*" not in rule.get(key, []), (doc["metadata"]["name"], rule)
+
+
+@pytest.mark.parametrize("values", [{}, {"watchNamespaces": ["team-a"]}], ids=["cluster-wide", "namespaced"])
+def test_secrets_are_readable_only_by_the_names_given(helm: Path, tmp_path: Path, values: dict[str, Any]) -> None:
+    # The code reads a hubTokenSecretRef's Secret (plan-time check) ...
+    assert SECRETS_BY_NAME <= {p.key()[:3] for p in operator_permissions(clusterwide=not values)}
+    # ... and the chart lets it only for the Secrets named, get only.
+    docs = render(helm, {**values, "rbac": {"hubTokenSecretNames": ["hf-token"]}}, tmp_path=tmp_path)
+    secret_rules = [r for d in docs for r in d.get("rules", []) if "secrets" in r.get("resources", [])]
+    assert secret_rules and all(r == {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["hf-token"], "verbs": ["get"]} for r in secret_rules)
 
 
 def test_rbac_rules_carry_a_reason_comment() -> None:

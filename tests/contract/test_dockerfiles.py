@@ -132,8 +132,8 @@ def test_both_images_share_the_base() -> None:
 
 
 def test_image_user_is_the_charts_run_as_user() -> None:
-    deployment = (ROOT / "charts" / "kneepoint" / "templates" / "deployment.yaml").read_text()
-    assert f"runAsUser: {NON_ROOT}" in deployment and f"runAsGroup: {NON_ROOT}" in deployment
+    values = yaml.safe_load((ROOT / "charts" / "kneepoint" / "values.yaml").read_text())
+    assert values["podSecurityContext"]["runAsUser"] == NON_ROOT == values["podSecurityContext"]["runAsGroup"]
 
 
 def _dockerignore_patterns() -> list[str]:

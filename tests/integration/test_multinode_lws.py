@@ -8,7 +8,7 @@ the fleet ``deploy/sandbox/fleet-h100-multinode.yaml`` (two 8x H100 80 GB nodes 
 - every single-node tier (TP1..TP8) is skipped by the estimate without deploying;
 - TP8 x PP2 runs as a LeaderWorkerSet group of two 8-GPU pods on the two nodes (the
   leader's simulator models PP over the inter-node link, the worker reports Ready), is
-  load-tested, measured and decided; the KServe recommendation carries workerSpec;
+  load-tested, measured and decided; the recommendation says why it is no InferenceService (hf:// across nodes) and holds the LeaderWorkerSet;
 - with the second node tainted, the group is placed only in part (leader running, worker
   Pending): the tier times out and is recorded Unschedulable with "placed 1 of 2 pods".
 
@@ -191,9 +191,12 @@ def test_405b_skips_single_node_tiers_and_profiles_tp8_pp2_as_a_leader_worker_se
     assert decision.classification == "does-not-fit"
 
     cm = api.core.read_namespaced_config_map(status.recommendation.config_map_name, mn_namespace)
-    predictor = yaml.safe_load(cm.data["inferenceservice.yaml"])["spec"]["predictor"]
-    assert predictor["workerSpec"] == {"tensorParallelSize": 8, "pipelineParallelSize": 2}
-    assert predictor["model"]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    # hf:// weights across nodes: KServe's webhook accepts only pvc:// or oci:// for multi-node,
+    # so the operator says why and publishes the LeaderWorkerSet instead.
+    assert "inferenceservice.yaml" not in cm.data
+    assert "accepts only pvc:// or oci:// storage" in (status.recommendation.not_exportable or "")
+    lws = yaml.safe_load(cm.data["leaderworkerset.yaml"])
+    assert lws["kind"] == "LeaderWorkerSet" and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
 
     # cleanup.winner Delete: the group and its pods go away with the decision.
     wait_for(lambda: not api.leader_worker_sets(mn_namespace) and not api.engine_pods(mn_namespace), 60, what="the group's teardown")

@@ -146,8 +146,11 @@ def check_recommendation(exps: Experiments, namespace: str, name: str, obj: dict
     predictor = isvc["spec"]["predictor"]
     assert predictor["minReplicas"] == rec["minReplicas"] == spec["capacity"]["minReplicas"]
     assert predictor["maxReplicas"] == rec["maxReplicas"] == decision["replicas"]
-    assert predictor["scaleTarget"] == rec["scaleTarget"] == decision["perReplicaConcurrency"]
-    assert predictor["scaleMetric"] == rec["scaleMetric"] == "concurrency"
+    # Standard mode (the default): KEDA on vLLM's running requests, the per-replica concurrency as threshold.
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "keda"
+    (metric,) = predictor["autoScaling"]["metrics"]
+    assert metric["external"]["target"]["value"] == str(rec["scaleTarget"]) == str(decision["perReplicaConcurrency"])
+    assert rec["scaleMetric"] == "vllm:num_requests_running" in metric["external"]["metric"]["query"]
     args = predictor["model"]["args"]
     assert f"--tensor-parallel-size={decision['tensorParallel']}" in args
     assert f"--pipeline-parallel-size={decision['pipelineParallel']}" in args

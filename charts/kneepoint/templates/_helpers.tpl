@@ -81,3 +81,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
+
+{{/*
+The install notes (NOTES.txt prints them; a named template so the contract tests can render them).
+*/}}
+{{- define "kneepoint.notes" -}}
+{{- $mon := .Values.monitoring -}}
+kneepoint {{ .Chart.AppVersion }} is installed in namespace {{ .Release.Namespace }}.
+
+Watching: {{ if .Values.watchNamespaces }}{{ join ", " .Values.watchNamespaces }}{{ else }}all namespaces{{ end }}
+Prometheus: {{ .Values.prometheus.url }}
+{{- if or $mon.operator.serviceMonitor.enabled $mon.engines.podMonitor.enabled $mon.dcgmExporter.serviceMonitor.enabled }}
+Monitors (ServiceMonitor/PodMonitor) carry the labels: {{ range $k, $v := $mon.labels }}{{ $k }}={{ $v }} {{ end }}
+  kube-prometheus-stack's Prometheus selects only monitors labelled release=<its Helm release
+  name>; if yours is not "{{ $mon.labels.release | default "" }}", set monitoring.labels.release to it, or
+  no engine is scraped and every tier waits for metrics.
+{{- else }}
+Monitors: none (monitoring.*.enabled are false). Prometheus at the URL above must scrape the
+  engine pods some other way (deploy/prometheus/scrape-config.yaml), or every tier decides
+  without the metrics its rules need.
+{{- end }}
+
+Check the operator:
+  kubectl -n {{ .Release.Namespace }} get deploy/{{ include "kneepoint.fullname" . }}
+  kubectl -n {{ .Release.Namespace }} logs deploy/{{ include "kneepoint.fullname" . }}
+
+Run an experiment (spec.mode: Simulate runs the same ladder on the engine simulator,
+without GPUs; the examples are in deploy/examples/):
+  kubectl apply -f deploy/examples/experiment.yaml
+  kubectl get parallelismexperiments -w
+{{- end }}

@@ -128,6 +128,10 @@ def parse_rfc3339(text: str | None) -> float | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+# How often a plan that failed for a missing PVC or Secret looks again (no watch on either).
+MISSING_OBJECT_RECHECK_SECONDS = 30.0
+
+
 def measurement_hash(spec: ExperimentSpec) -> str:
     """Hash of the spec parts that define a measurement (not the stop rules or capacity).
 
@@ -299,6 +303,12 @@ def reconcile_step(
     if derive_phase(p.status.conditions) == "Failed" and p.status.observed_generation not in (None, obs.generation):
         return _restart_for_spec_change(p, spec_hash, after_failure=True).step()
 
+    # Failed only for want of an object the engine needs (a PVC, a Secret): look again.
+    failed = get_condition(p.status.conditions, reasons.FAILED)
+    if not p.status.tiers and failed is not None and failed.status == "True" and failed.reason == reasons.MISSING_OBJECT:
+        _plan(p, spec_hash)
+        return p.step()
+
     if derive_phase(p.status.conditions) in ("Decided", "Failed"):
         if p.status.observed_generation != obs.generation and derive_phase(p.status.conditions) == "Decided":
             _redecide_after_rule_change(p)
@@ -331,6 +341,20 @@ def reconcile_step(
 
 def _plan(p: _Pass, spec_hash: str) -> None:
     spec, obs = p.spec, p.obs
+    if obs.missing_objects:
+        why = "; ".join(obs.missing_objects)
+        failed = get_condition(p.status.conditions, reasons.FAILED)
+        if failed is None or failed.status != "True" or failed.message != f"Cannot deploy any tier: {why}":
+            p.condition(reasons.PLANNED, "False", reasons.MISSING_OBJECT, why)
+            p.condition(reasons.FAILED, "True", reasons.MISSING_OBJECT, f"Cannot deploy any tier: {why}")
+            p.event(reasons.MISSING_OBJECT, f"Cannot deploy any tier: {why} (checked again every {MISSING_OBJECT_RECHECK_SECONDS:g} s)", warning=True)
+            p.message(f"Cannot deploy any tier: {why}")
+            p.progressed = True
+        p.requeue(MISSING_OBJECT_RECHECK_SECONDS)
+        return
+    failed = get_condition(p.status.conditions, reasons.FAILED)
+    if failed is not None and failed.status == "True" and failed.reason == reasons.MISSING_OBJECT:
+        p.condition(reasons.FAILED, "False", reasons.PLAN_READY, "The objects the engine needs exist.")
     if obs.plan_error or obs.architecture is None or obs.gpu is None:
         why = obs.plan_error or ("no GPU type could be determined" if obs.gpu is None else "no model architecture")
         p.condition(reasons.PLANNED, "False", reasons.PLAN_FAILED, why)
@@ -641,12 +665,32 @@ def _tier_deploying(p: _Pass, current: TierResult) -> None:
     p.requeue(p.settings.poll_seconds)
 
 
+def _scrape_check(p: _Pass, tier: Tier) -> None:
+    """The first tier's load test: say now, not after the metrics deadline, that Prometheus sees no engine series."""
+    cond = get_condition(p.status.conditions, reasons.METRICS_AVAILABLE)
+    if p.obs.engine_not_scraped:
+        message = (
+            f"{tier.label}: {p.obs.engine_not_scraped}. Check that a PodMonitor or scrape job selects the engine pods "
+            "(chart: monitoring.engines.podMonitor.enabled; plain Prometheus: deploy/prometheus/scrape-config.yaml), that "
+            "its labels match what the Prometheus selects (kube-prometheus-stack: release=<its Helm release name>; "
+            "chart: monitoring.labels.release), and that spec.metrics.prometheusUrl (or the operator's --prometheus-url) "
+            "is that Prometheus. Without these series the rules that need metrics are not evaluated."
+        )
+        if cond is None or cond.reason != reasons.ENGINE_NOT_SCRAPED:
+            p.condition(reasons.METRICS_AVAILABLE, "False", reasons.ENGINE_NOT_SCRAPED, message[:1000])
+            p.event(reasons.ENGINE_NOT_SCRAPED, message[:1000], warning=True)
+            p.message(f"{tier.label}: load-testing; Prometheus has no series of the engine's pods (see condition MetricsAvailable)")
+    elif cond is not None and cond.reason == reasons.ENGINE_NOT_SCRAPED:
+        p.condition(reasons.METRICS_AVAILABLE, "Unknown", reasons.ENGINE_SCRAPED, f"{tier.label}: Prometheus now has the engine's series.")
+
+
 def _tier_load_testing(p: _Pass, current: TierResult) -> None:
     tier = tier_of(current)
     attempt = current.attempts or 1
     job = p.obs.load_test
     elapsed = _elapsed_since(p, current.load_test_started_at)
     engine = p.obs.engine
+    _scrape_check(p, tier)
     if engine is not None and engine.start_failure == START_OUT_OF_MEMORY:
         _fail_tier(p, current, reasons.TIER_OUT_OF_MEMORY, f"engine ran out of memory under load: {engine.failure_message or ''}".strip(), does_not_fit=True)
         return

@@ -182,6 +182,12 @@ class Observations:
     """Whether the cluster serves leaderworkerset.x-k8s.io/v1 (checked only before a multi-node tier deploys)."""
     plan_error: str | None = None
     """Set when the plan cannot be made (for example the config.json ConfigMap is missing)."""
+    engine_not_scraped: str | None = None
+    """Set during the first tier's load test when Prometheus has no series of the engine's pods
+    (what was asked where, e.g. "Prometheus http://... has no vllm:num_requests_running for pods ns/x-*")."""
+    missing_objects: tuple[str, ...] = ()
+    """Objects the engine needs that do not exist yet (the model's PVC, the hub-token Secret or its key),
+    each naming the spec field; the plan fails and is re-checked until they appear."""
     architecture: Any = None
     """The resolved ModelArchitecture (preset, ConfigMap or explicit numbers)."""
     gpu: Any = None

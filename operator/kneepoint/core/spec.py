@@ -24,6 +24,8 @@ MODES = ("Measure", "Simulate")
 ENDPOINTS = ("Completions", "ChatCompletions")
 WINNER_POLICIES = ("Delete", "Keep")
 INTERCONNECTS = ("auto", "nvlink", "pcie")
+# KServe's names since v0.16 first, then the names KServe <= 0.15 knows (which later versions still parse).
+KSERVE_DEPLOYMENT_MODES = ("Standard", "Knative", "RawDeployment", "Serverless")
 TP_SIZES = (1, 2, 4, 8, 16, 32, 64)
 CHAT_TEMPLATE_ALLOWANCE_TOKENS = 64
 """Room a ChatCompletions load leaves in maxModelLen for the model's chat template, which vLLM adds to the prompt:
@@ -383,6 +385,39 @@ class SimulationSpec:
 
 
 @dataclass(frozen=True)
+class KServeExportSpec:
+    """How the decided tier is exported as a KServe InferenceService."""
+
+    deployment_mode: str = api_field(
+        "KServe deployment mode: Standard (plain Deployment; concurrency scaling through KEDA on vllm:num_requests_running) "
+        "or Knative (Knative Serving's KPA on concurrency; needs Knative Serving installed). KServe <= 0.15 names them "
+        "RawDeployment and Serverless; give those names for such a KServe.",
+        default="Standard",
+        enum=KSERVE_DEPLOYMENT_MODES,
+    )
+    service_account_name: str | None = api_field(
+        "ServiceAccount of the InferenceService's predictor. KServe's storage initializer reads the hub token from a Secret "
+        "listed in this ServiceAccount's secrets, under the key HF_TOKEN; the export also passes model.hubTokenSecretRef "
+        "to the server as HF_TOKEN. Default: the namespace's default ServiceAccount.",
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        max_length=253,
+    )
+    prometheus_url: str | None = api_field(
+        "Prometheus that KEDA queries in Standard mode; default: metrics.prometheusUrl, then the operator's --prometheus-url.",
+        default=None,
+        pattern=r"^https?://.+",
+    )
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """What the decision is exported as."""
+
+    kserve: KServeExportSpec = api_field("The KServe InferenceService export.", default_factory=KServeExportSpec)
+
+
+@dataclass(frozen=True)
 class ExperimentSpec:
     """Desired state of a ParallelismExperiment."""
 
@@ -402,6 +437,7 @@ class ExperimentSpec:
     budget: BudgetSpec = api_field("Spending limits.", default_factory=BudgetSpec)
     cleanup: CleanupSpec = api_field("Cleanup policy.", default_factory=CleanupSpec)
     simulation: SimulationSpec = api_field("Simulate-mode settings.", default_factory=SimulationSpec)
+    export: ExportSpec = api_field("How the decision is exported (KServe).", default_factory=ExportSpec)
 
     # Derived values, so callers never re-implement the defaults.
     @property

@@ -198,11 +198,21 @@ class Decision:
 class Recommendation:
     """Where the KServe recommendation for the decided tier is stored."""
 
-    config_map_name: str = api_field("ConfigMap (same namespace) holding inferenceservice.yaml.")
+    config_map_name: str = api_field(
+        "ConfigMap (same namespace) holding inferenceservice.yaml (or, when the tier cannot be an InferenceService, "
+        "leaderworkerset.yaml) and decision.json."
+    )
     min_replicas: int = api_field("KServe minReplicas.")
     max_replicas: int = api_field("KServe maxReplicas.")
-    scale_metric: str = api_field("KServe scaleMetric.", default="concurrency")
-    scale_target: int = api_field("KServe scaleTarget (per-replica concurrency).", default=1)
+    scale_metric: str = api_field(
+        "What the replicas scale on: concurrency (Knative KPA), vllm:num_requests_running (KEDA, Standard mode) or none "
+        "(fixed replicas: multi-node).",
+        default="concurrency",
+    )
+    scale_target: int = api_field("Per-replica concurrency the scaling aims at.", default=1)
+    not_exportable: str | None = api_field(
+        "Why the decided tier cannot be exported as a KServe InferenceService (unset when it can).", default=None
+    )
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
 import sys
 
 import click
@@ -41,6 +43,14 @@ def command(
     from kneepoint.handlers import logs
 
     logs.configure(json_lines=settings.json_logs, verbose=verbose)
+    from kneepoint.handlers import prometheus_default
+
+    named = prometheus_url is not None or "KNEEPOINT_PROMETHEUS_URL" in os.environ
+    choice = prometheus_default.choose(settings.prometheus_url, named)
+    if choice.note:
+        logging.getLogger("kneepoint.operator").warning("%s", choice.note)
+    if choice.url != settings.prometheus_url:
+        settings = dataclasses.replace(settings, prometheus_url=choice.url)
     import kneepoint.handlers.experiment  # noqa: F401  (registers the handlers)
 
     memo = kopf.Memo(operator_settings=settings)

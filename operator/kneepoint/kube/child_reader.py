@@ -75,6 +75,19 @@ class ChildReader:
     async def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._call(self.core.read_namespaced_config_map, name, namespace)
 
+    async def persistent_volume_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._call(self.core.read_namespaced_persistent_volume_claim, name, namespace)
+
+    async def secret_keys(self, namespace: str, name: str) -> frozenset[str] | None:
+        """The key names of a Secret (its values are dropped at once), or None when it does not exist.
+
+        Raises ApiException 403 where the chart grants no get on it (rbac.hubTokenSecretNames).
+        """
+        secret = await self._call(self.core.read_namespaced_secret, name, namespace)
+        if secret is None:
+            return None
+        return frozenset(secret.get("data") or {}) | frozenset(secret.get("stringData") or {})
+
     async def nodes(self) -> list[dict[str, Any]]:
         data = await self._call(self.core.list_node)
         return (data or {}).get("items", [])

@@ -57,6 +57,8 @@ class BuildContext:
     """The resolved model architecture (preset name or JSON), passed to simulators."""
     gpu_product: str | None = None
     """GPU product label the experiment runs on (node selector, and the simulator's --gpu)."""
+    gpu_product_label: tuple[str, str] | None = None
+    """The node label (key, value) the capacity check matched gpu_product by; default (nvidia.com/gpu.product, gpu_product)."""
     require_nvlink: bool = True
     """Whether TP groups must sit inside one NVLink domain (False on PCIe-only fleets)."""
     architecture: Any = None
@@ -325,7 +327,9 @@ def build_engine_deployment(
     }
     if not simulate:
         selector = dict(spec.placement.node_selector)
-        if ctx.gpu_product:
+        if ctx.gpu_product_label:
+            selector.setdefault(*ctx.gpu_product_label)
+        elif ctx.gpu_product:
             selector.setdefault(naming.NODE_GPU_PRODUCT, ctx.gpu_product)
         if selector:
             pod_spec["nodeSelector"] = selector
@@ -577,89 +581,6 @@ def build_load_test_job(spec: ExperimentSpec, owner: Owner, tier: Tier, attempt:
                     ],
                 },
             },
-        },
-    }
-
-
-def build_inference_service(spec: ExperimentSpec, owner: Owner, decision: Decision) -> dict[str, Any]:
-    """KServe InferenceService for the decided tier, with autoscaling bounds from the decision.
-
-    Knative-mode autoscaling on concurrency: scaleTarget is the per-replica concurrency that
-    met the SLO, maxReplicas the replica count the peak needs (redundancy included).
-    """
-    tier = Tier(decision.tensor_parallel, decision.pipeline_parallel)
-    args = [
-        f"--model_name={spec.served_model_name}",
-        f"--tensor-parallel-size={tier.tensor_parallel}",
-        f"--pipeline-parallel-size={tier.pipeline_parallel}",
-        f"--max-num-seqs={spec.max_num_seqs}",
-        f"--max-model-len={spec.model.max_model_len}",
-        f"--gpu-memory-utilization={spec.engine.gpu_memory_utilization:g}",
-    ]
-    if spec.model.dtype in ("bfloat16", "float16", "float32"):
-        args.append(f"--dtype={spec.model.dtype}")
-    elif spec.model.dtype == "fp8":
-        args.append("--quantization=fp8")
-    target = decision.per_replica_concurrency or spec.load.concurrency
-    gpus = str(tier.gpus)
-    predictor: dict[str, Any] = {
-        "minReplicas": min(spec.capacity.min_replicas, decision.replicas),
-        "maxReplicas": decision.replicas,
-        "scaleMetric": "concurrency",
-        "scaleTarget": target,
-        "containerConcurrency": spec.max_num_seqs,
-        "model": {
-            "modelFormat": {"name": "huggingface"},
-            "storageUri": spec.model.uri.replace("pvc://", "pvc://", 1),
-            "args": args,
-            "resources": {"requests": {spec.placement.gpu_resource: gpus}, "limits": {spec.placement.gpu_resource: gpus}},
-        },
-    }
-    if spec.placement.node_selector or spec.placement.gpu_product:
-        selector = dict(spec.placement.node_selector)
-        if spec.placement.gpu_product:
-            selector.setdefault(naming.NODE_GPU_PRODUCT, spec.placement.gpu_product)
-        predictor["nodeSelector"] = selector
-    # multiNode is unset on decisions recorded before it existed: PP > 1 meant multi-node then.
-    multi_node = decision.multi_node if decision.multi_node is not None else tier.pipeline_parallel > 1
-    if multi_node:
-        # KServe multi-node serving: TP GPUs per node, PP nodes.
-        predictor["workerSpec"] = {"tensorParallelSize": tier.tensor_parallel, "pipelineParallelSize": tier.pipeline_parallel}
-        predictor["model"]["resources"] = {
-            "requests": {spec.placement.gpu_resource: str(tier.tensor_parallel)},
-            "limits": {spec.placement.gpu_resource: str(tier.tensor_parallel)},
-        }
-    annotations = {
-        "serving.kserve.io/deploymentMode": "Knative",
-        "kneepoint.io/decided-by": f"{owner.namespace}/{owner.name}",
-        "kneepoint.io/rule": decision.rule,
-    }
-    if decision.simulated:
-        annotations["kneepoint.io/simulated"] = "true"
-    if multi_node:
-        annotations["kneepoint.io/multi-node"] = f"{tier.pipeline_parallel} nodes x {tier.tensor_parallel} GPUs"
-    return {
-        "apiVersion": "serving.kserve.io/v1beta1",
-        "kind": "InferenceService",
-        "metadata": {"name": spec.served_model_name.lower().replace(".", "-").replace("_", "-")[:63].strip("-"), "annotations": annotations},
-        "spec": {"predictor": predictor},
-    }
-
-
-def build_recommendation_configmap(spec: ExperimentSpec, owner: Owner, decision: Decision, isvc_yaml: str) -> dict[str, Any]:
-    """ConfigMap named in status.recommendation, holding the InferenceService and the decision."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": naming.recommendation_name(owner.name),
-            "namespace": owner.namespace,
-            "labels": naming.child_labels(owner.name, None, naming.ROLE_RECOMMENDATION),
-            "ownerReferences": [owner.reference()],
-        },
-        "data": {
-            "inferenceservice.yaml": isvc_yaml,
-            "decision.json": json.dumps(to_json(decision), indent=2, sort_keys=True),
         },
     }
 

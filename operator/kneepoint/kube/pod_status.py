@@ -209,11 +209,47 @@ def placement_problem(
         return f"spec.placement.nodeSelector: {wanted} matches none of the {len(with_resource)} node(s) offering {gpu_resource}"
     if gpu_product:
         labels = [_get(n, "metadata", "labels", default={}) for n in selected]
-        products = sorted({lb.get(naming.NODE_GPU_PRODUCT) or lb.get(naming.NODE_PROBE_GPU_PRODUCT) or "" for lb in labels} - {""})
+        products = sorted({node_gpu_product(lb) for lb in labels} - {""})
         if gpu_product not in products:
             return (f"spec.placement.gpuProduct: no node offering {gpu_resource} is labelled {gpu_product} "
                     f"(products in the fleet: {', '.join(products) or 'none labelled'})")  # fmt: skip
     return None
+
+
+# GPU Feature Discovery appends this to the product under time-slicing (renameByDefault false).
+SHARED_SUFFIX = "-SHARED"
+
+
+def node_gpu_product(labels: Mapping[str, str]) -> str:
+    """The node's GPU product: GFD's label without its time-slicing suffix, else the node probe's; "" if neither."""
+    gfd = labels.get(naming.NODE_GPU_PRODUCT)
+    if gfd:
+        return gfd.removesuffix(SHARED_SUFFIX)
+    return labels.get(naming.NODE_PROBE_GPU_PRODUCT) or ""
+
+
+def product_selector(labels: Mapping[str, str], gpu_product: str) -> tuple[str, str] | None:
+    """The node label (key, value) by which this node matched ``gpu_product``, for the engine's nodeSelector.
+
+    GFD's ``nvidia.com/gpu.product`` as it is on the node (with ``-SHARED`` under time-slicing),
+    else the probe's ``kneepoint.io/gpu-product``; None when the node has another product.
+    """
+    gfd = labels.get(naming.NODE_GPU_PRODUCT)
+    if gfd and gfd.removesuffix(SHARED_SUFFIX) == gpu_product:
+        return naming.NODE_GPU_PRODUCT, gfd
+    if not gfd and labels.get(naming.NODE_PROBE_GPU_PRODUCT) == gpu_product:
+        return naming.NODE_PROBE_GPU_PRODUCT, gpu_product
+    return None
+
+
+def product_selectors(nodes: Iterable[Mapping[str, Any]], gpu_product: str) -> dict[str, tuple[str, str]]:
+    """Node name -> the label it matched ``gpu_product`` by (nodes of other products left out)."""
+    out = {}
+    for node in nodes:
+        selector = product_selector(_get(node, "metadata", "labels", default={}), gpu_product)
+        if selector is not None:
+            out[_get(node, "metadata", "name")] = selector
+    return out
 
 
 def fleet_view(
@@ -247,7 +283,7 @@ def fleet_view(
             continue
         if any(labels.get(k) != v for k, v in node_selector.items()):
             continue
-        product = labels.get(naming.NODE_GPU_PRODUCT) or labels.get(naming.NODE_PROBE_GPU_PRODUCT) or ""
+        product = node_gpu_product(labels)
         if gpu_product and product != gpu_product:
             continue
         total = _gpu_quantity(_get(node, "status", "allocatable", default={}).get(gpu_resource))

@@ -77,3 +77,11 @@ class PrometheusReader:
             comm_fraction=values[promql.COMM_FRACTION],
             missing=missing,
         )
+
+    async def engine_scraped(self, namespace: str, pod_prefix: str, at: float) -> bool | None:
+        """Whether Prometheus has a series of the engine's pods now; None when it cannot be asked."""
+        try:
+            return bool(_scalar(await asyncio.to_thread(self._query, promql.engine_series_query(namespace, pod_prefix), at)))
+        except Exception as exc:  # the tier's own metric reads report Prometheus errors; here "unknown"
+            log.debug("Prometheus at %s failed: %s", self.url, exc)
+            return None

@@ -100,3 +100,12 @@ def window_queries(namespace: str, pod_prefix: str, seconds: int) -> list[Window
         WindowQuery(NVLINK_TX, f"avg({_both(NVLINK_TX, 'avg_over_time({m}' + r + ')', sel)})"),
         WindowQuery(COMM_FRACTION, f"avg({_both(COMM_FRACTION, 'avg_over_time({m}' + r + ')', sel)})"),
     ]
+
+
+ENGINE_SERIES = "vllm:num_requests_running"
+
+
+def engine_series_query(namespace: str, pod_prefix: str) -> str:
+    """Number of the engine pods' series of a gauge every vLLM serves (0 / empty: Prometheus does not scrape them)."""
+    sel, _ = pod_selectors(namespace, pod_prefix)
+    return f"count({ENGINE_SERIES}{{{sel}}})"

@@ -23,6 +23,8 @@ tests inspect. Choices, and why:
 
 from __future__ import annotations
 
+import copy
+
 from typing import Any
 
 PROBE_NAME = "kneepoint-probe"
@@ -42,6 +44,19 @@ def _labels() -> dict[str, str]:
     }
 
 
+DEFAULT_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+DEFAULT_RESOURCES = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+DEFAULT_SECURITY_CONTEXT = {
+    "runAsNonRoot": True,
+    "runAsUser": NON_ROOT_UID,
+    "runAsGroup": NON_ROOT_UID,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def build_probe_daemonset(
     image: str,
     namespace: str,
@@ -50,8 +65,17 @@ def build_probe_daemonset(
     runtime_class_name: str | None = "nvidia",
     interval_seconds: int = DEFAULT_INTERVAL_SECONDS,
     image_pull_policy: str = "IfNotPresent",
+    tolerations: list[dict[str, Any]] | None = None,
+    node_selector: dict[str, str] | None = None,
+    priority_class_name: str | None = None,
+    resources: dict[str, Any] | None = None,
+    security_context: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The DaemonSet that runs ``kneepoint probe --interval N`` on each GPU node.
+
+    ``tolerations``, ``resources`` and ``security_context`` replace the defaults (tolerate
+    nvidia.com/gpu:NoSchedule; 10m/64Mi, 256Mi limit; non-root 65534, read-only, no
+    capabilities); ``node_selector`` and ``priority_class_name`` are added when given.
 
     ``image`` must contain kneepoint (its entry point ``kneepoint``); ``service_account`` needs
     get/patch on nodes (:func:`build_probe_rbac`). Raises ValueError for an empty image,
@@ -76,19 +100,8 @@ def build_probe_daemonset(
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
         ],
-        "resources": {
-            "requests": {"cpu": "10m", "memory": "64Mi"},
-            "limits": {"memory": "256Mi"},
-        },
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": NON_ROOT_UID,
-            "runAsGroup": NON_ROOT_UID,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "resources": copy.deepcopy(resources if resources is not None else DEFAULT_RESOURCES),
+        "securityContext": copy.deepcopy(security_context if security_context is not None else DEFAULT_SECURITY_CONTEXT),
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": service_account,
@@ -104,9 +117,15 @@ def build_probe_daemonset(
                 }
             }
         },
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": copy.deepcopy(tolerations if tolerations is not None else DEFAULT_TOLERATIONS),
         "containers": [container],
     }
+    if not pod_spec["tolerations"]:
+        del pod_spec["tolerations"]
+    if node_selector:
+        pod_spec["nodeSelector"] = dict(node_selector)
+    if priority_class_name:
+        pod_spec["priorityClassName"] = priority_class_name
     if runtime_class_name:
         pod_spec["runtimeClassName"] = runtime_class_name
     return {

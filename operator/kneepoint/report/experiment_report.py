@@ -19,7 +19,7 @@ from kneepoint.core.record_table import RECORD_HEADERS, format_decision, format_
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import Decision, Recommendation, TierResult
 from kneepoint.core.stop_rules import BUDGET, tier_label
-from kneepoint.kube.manifests import Owner, build_inference_service
+from kneepoint.kube import kserve
 from kneepoint.report.knee_chart import ChartContext
 
 PLACEHOLDER_URIS = ("hf://unspecified/model",)
@@ -114,20 +114,23 @@ def _kserve(inp: ReportInput, decision: Decision | None) -> tuple[KServeSummary 
         return None, "none yet (the experiment is not decided)"
     if not inp.spec_given:
         return None, "needs the experiment's spec (model, engine, capacity); the input has none"
-    owner = Owner(inp.name or "experiment", inp.namespace or "default", "")
-    isvc = build_inference_service(inp.spec, owner, decision)
-    predictor, isvc_name = isvc["spec"]["predictor"], isvc["metadata"]["name"]
+    if inp.recommendation and inp.recommendation.not_exportable:
+        return None, inp.recommendation.not_exportable
+    problem = kserve.export_problem(inp.spec, decision)
+    if problem:
+        return None, f"no InferenceService (the LeaderWorkerSet manifest deploys this tier): {problem}"
+    planned = kserve.planned_scaling(inp.spec, decision)
     rec = inp.recommendation
     return (
         KServeSummary(
-            name=isvc_name,
+            name=kserve.isvc_name(inp.spec.served_model_name),
             tensor_parallel=decision.tensor_parallel,
             pipeline_parallel=decision.pipeline_parallel,
             gpus_per_replica=decision.gpus_per_replica,
-            min_replicas=rec.min_replicas if rec else predictor["minReplicas"],
-            max_replicas=rec.max_replicas if rec else predictor["maxReplicas"],
-            scale_metric=rec.scale_metric if rec else predictor["scaleMetric"],
-            scale_target=rec.scale_target if rec else predictor["scaleTarget"],
+            min_replicas=rec.min_replicas if rec else planned.min_replicas,
+            max_replicas=rec.max_replicas if rec else planned.max_replicas,
+            scale_metric=rec.scale_metric if rec else planned.scale_metric,
+            scale_target=rec.scale_target if rec else planned.scale_target,
             config_map_name=rec.config_map_name if rec else None,
         ),
         None,
@@ -243,7 +246,8 @@ def kserve_line(report: ExperimentReport, export_hint: str | None = None) -> str
         shape += f" (TP{k.tensor_parallel} on each of {k.pipeline_parallel} nodes)"
     text = (
         f"KServe recommendation ({where}): InferenceService {k.name}, {shape}, minReplicas {k.min_replicas}, "
-        f"maxReplicas {k.max_replicas}, scaleMetric {k.scale_metric}, scaleTarget {k.scale_target}"
+        f"maxReplicas {k.max_replicas}, "
+        + (f"scaling on {k.scale_metric} at {k.scale_target} per replica" if k.scale_metric != "none" else "fixed replicas (multi-node: autoscalerClass none)")
     )
     if export_hint:
         text += f"; `{export_hint}` prints it"

@@ -9,7 +9,9 @@ from pexp_docs import RECORDED, FakeCluster, experiment, failed_middle, install_
 from kneepoint.cli import cli
 from kneepoint.commands.experiment_source import read_file
 from kneepoint.core.decision import decide
-from kneepoint.kube.manifests import Owner, build_inference_service, build_recommendation_configmap
+from kneepoint.core.architectures import get_preset
+from kneepoint.kube import kserve
+from kneepoint.kube.manifests import BuildContext, Owner
 
 
 def run(*args: str):
@@ -27,8 +29,12 @@ def test_recorded_example_decided_tier_replicas_and_gpus():
     assert result.exit_code == 0, result.output
     p = predictor(result.stdout)
     assert p["minReplicas"] == 1 and p["maxReplicas"] == 11
-    assert p["scaleMetric"] == "concurrency" and p["scaleTarget"] == 32
-    assert p["model"]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    # Standard mode by default: KEDA on vLLM's running requests, 32 per replica.
+    (metric,) = p["autoScaling"]["metrics"]
+    assert metric["external"]["target"] == {"type": "Value", "value": "32"}
+    assert "vllm:num_requests_running" in metric["external"]["metric"]["query"]
+    limits = p["model"]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "4" and limits["memory"].endswith("Gi") and int(limits["memory"][:-2]) > 130
     assert "--tensor-parallel-size=4" in p["model"]["args"] and "--pipeline-parallel-size=1" in p["model"]["args"]
     assert p["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
     meta = yaml.safe_load(result.stdout)["metadata"]
@@ -41,28 +47,60 @@ def test_file_export_is_the_text_the_operator_would_publish():
     exp = read_file(str(RECORDED))
     decision = decide(exp.spec, exp.tiers).decision
     owner = Owner("llama-3-70b-h200-recorded", "default", "uid")
-    text = yaml.safe_dump(build_inference_service(exp.spec, owner, decision), sort_keys=False)
-    published = build_recommendation_configmap(exp.spec, owner, decision, text)["data"]["inferenceservice.yaml"]
+    export = kserve.build_export(
+        exp.spec, owner, decision, get_preset(exp.spec.model.architecture.preset), BuildContext(),
+        prometheus_url="http://prometheus-operated.monitoring.svc:9090",
+    )
+    published = kserve.build_recommendation_configmap(owner, decision, export)["data"]["inferenceservice.yaml"]
     assert run(str(RECORDED), "--kserve").stdout == published
 
 
-def test_pp_decision_uses_worker_spec(tmp_path):
-    result = run(write_doc(tmp_path, pp_ladder()), "--kserve")
+def test_pp_decision_on_hf_storage_is_refused_with_the_reason_and_lws_offered(tmp_path):
+    doc = write_doc(tmp_path, pp_ladder())
+    result = run(doc, "--kserve")
+    assert result.exit_code == 3, result.output
+    assert "accepts only pvc:// or oci:// storage" in result.stderr and "kneepoint export NAME --lws" in result.stderr
+    lws = yaml.safe_load(run(doc, "--lws").stdout)
+    assert lws["kind"] == "LeaderWorkerSet" and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert lws["spec"]["replicas"] == 6
+
+
+def test_pp_decision_on_a_claim_uses_worker_spec(tmp_path):
+    doc = pp_ladder()
+    doc["spec"]["model"]["uri"] = "pvc://models/llama-3-70b"
+    doc["spec"]["model"]["architecture"] = {"preset": "llama-3-70b"}
+    result = run(write_doc(tmp_path, doc), "--kserve")
     assert result.exit_code == 0, result.output
     p = predictor(result.stdout)
-    assert p["workerSpec"] == {"tensorParallelSize": 8, "pipelineParallelSize": 2}
-    assert p["model"]["resources"]["limits"] == {"nvidia.com/gpu": "8"}  # per node
-    assert p["maxReplicas"] == 6
+    assert {k: p["workerSpec"][k] for k in ("tensorParallelSize", "pipelineParallelSize")} == {"tensorParallelSize": 8, "pipelineParallelSize": 2}
+    assert p["model"]["resources"]["limits"]["nvidia.com/gpu"] == "8"  # per node
+    assert p["workerSpec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert p["maxReplicas"] == 6 == p["minReplicas"]
+    assert yaml.safe_load(result.stdout)["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "none"
+    knative = run(write_doc(tmp_path, doc, "k.yaml"), "--kserve", "--deployment-mode", "Knative")
+    assert knative.exit_code == 3 and "Standard mode only" in knative.stderr
+
+
+def test_deployment_mode_flag_knative_and_legacy_names(tmp_path):
+    for mode in ("Knative", "Serverless"):
+        result = run(str(RECORDED), "--kserve", "--deployment-mode", mode)
+        assert result.exit_code == 0, result.output
+        isvc = yaml.safe_load(result.stdout)
+        assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == mode
+        assert isvc["metadata"]["annotations"]["autoscaling.knative.dev/target-utilization-percentage"] == "100"
+        p = isvc["spec"]["predictor"]
+        assert p["scaleMetric"] == "concurrency" and p["scaleTarget"] == 32
 
 
 def test_status_decision_wins_over_recomputing(tmp_path):
     doc = failed_middle()
+    doc["spec"]["model"]["architecture"] = {"preset": "llama-3-70b"}
     doc["status"].update(
         phase="Decided",
         decision={"tensorParallel": 8, "pipelineParallel": 1, "gpusPerReplica": 8, "replicas": 3, "rule": "last-tier", "perReplicaConcurrency": 16},
     )
     p = predictor(run(write_doc(tmp_path, doc), "--kserve").stdout)
-    assert p["maxReplicas"] == 3 and p["model"]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert p["maxReplicas"] == 3 and p["model"]["resources"]["limits"]["nvidia.com/gpu"] == "8"
 
 
 def test_not_decided_yet_exits_1(tmp_path):
@@ -81,9 +119,9 @@ def test_not_decided_yet_exits_1(tmp_path):
 def test_errors_exit_2_on_one_line(tmp_path):
     bare = write_doc(tmp_path, recorded()["status"], "status.yaml")
     for args, expected in (
-        ([str(RECORDED)], "--kserve: required"),
+        ([str(RECORDED)], "--kserve or --lws: give exactly one"),
         (["--kserve"], "NAME_OR_FILE: missing"),
-        ([bare, "--kserve"], f"{bare}: spec: missing; the InferenceService needs the experiment's spec"),
+        ([bare, "--kserve"], f"{bare}: spec: missing; the export needs the experiment's spec"),
         (["nope.yaml", "--kserve"], "nope.yaml: no such file"),
     ):
         result = run(*args)
@@ -98,6 +136,7 @@ def test_errors_exit_2_on_one_line(tmp_path):
 
 def _decided_on_cluster() -> dict:
     doc = failed_middle()
+    doc["spec"]["model"]["architecture"] = {"preset": "llama-3-70b"}
     doc["status"].update(
         phase="Decided",
         decision={"tensorParallel": 4, "pipelineParallel": 1, "gpusPerReplica": 4, "replicas": 6, "rule": "throughput-gain", "perReplicaConcurrency": 16},
@@ -122,7 +161,7 @@ def test_cluster_export_builds_when_the_config_map_is_missing(monkeypatch, tmp_p
     assert result.exit_code == 0, result.output
     assert "note: ConfigMap team-a/synthetic-kserve not found; building the InferenceService from status.decision" in result.stderr
     p = predictor(result.stdout)
-    assert p["maxReplicas"] == 6 and p["model"]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert p["maxReplicas"] == 6 and p["model"]["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert yaml.safe_load(result.stdout)["metadata"]["annotations"]["kneepoint.io/decided-by"] == "team-a/synthetic"
     # the same text as from the saved object
     assert result.stdout == run(write_doc(tmp_path, _decided_on_cluster()), "--kserve").stdout
@@ -144,3 +183,12 @@ def test_cluster_not_found_and_not_decided(monkeypatch):
     result = run("fresh", "--kserve")
     assert result.exit_code == 1
     assert "not decided yet: experiment team-a/fresh has no status.decision yet" in result.stderr
+
+
+def test_cluster_export_says_why_the_operator_published_no_inference_service(monkeypatch):
+    doc = _decided_on_cluster()
+    doc["status"]["recommendation"]["notExportable"] = "TP8 x PP2 spans 2 nodes and cannot be exported as an InferenceService: because"
+    install_fake_cluster(monkeypatch, FakeCluster({"synthetic": doc}, {"synthetic-kserve": {"leaderworkerset.yaml": "kind: LeaderWorkerSet\n"}}))
+    result = run("synthetic", "--kserve")
+    assert result.exit_code == 3 and result.stdout == ""
+    assert "kneepoint export: error: TP8 x PP2 spans 2 nodes and cannot be exported as an InferenceService: because" in result.stderr

@@ -57,7 +57,7 @@ def test_recorded_example_table_decision_kserve_and_gpu_minutes():
     assert "replicas: 11 (total GPUs 44)" in out
     assert (
         "KServe recommendation (computed here; the operator publishes it once Decided): InferenceService meta-llama-3-70b, "
-        "4 GPUs per replica, minReplicas 1, maxReplicas 11, scaleMetric concurrency, scaleTarget 32" in out
+        "4 GPUs per replica, minReplicas 1, maxReplicas 11, scaling on vllm:num_requests_running at 32 per replica" in out
     )
     assert "GPU-minutes: not recorded" in out
     assert "SIMULATED" not in out and "cross-check" not in out
@@ -99,8 +99,17 @@ def test_failed_middle_tier_row_and_comparison_skip_it(tmp_path):
 
 
 def test_pp_decision_kserve_line_names_the_nodes(tmp_path):
-    out = run(write_doc(tmp_path, pp_ladder())).stdout
+    doc = pp_ladder()
+    doc["spec"]["model"]["uri"] = "pvc://models/llama-3-70b"
+    out = run(write_doc(tmp_path, doc)).stdout
     assert "16 GPUs per replica (TP8 on each of 2 nodes)" in out
+    assert "fixed replicas (multi-node: autoscalerClass none)" in out
+
+
+def test_pp_decision_on_hub_storage_says_why_there_is_no_inference_service(tmp_path):
+    out = run(write_doc(tmp_path, pp_ladder())).stdout
+    assert "KServe recommendation: no InferenceService (the LeaderWorkerSet manifest deploys this tier): " in out
+    assert "accepts only pvc:// or oci:// storage" in out
 
 
 def test_simulated_is_said_clearly(tmp_path):

@@ -102,18 +102,6 @@ def test_service_and_job():
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
 
-def test_inference_service_bounds():
-    s = spec(capacity={"minReplicas": 2, "peakConcurrency": 500})
-    d = Decision(tensor_parallel=2, pipeline_parallel=1, gpus_per_replica=2, replicas=21, rule="throughput-gain", per_replica_concurrency=32)
-    isvc = manifests.build_inference_service(s, OWNER, d)
-    p = isvc["spec"]["predictor"]
-    assert (p["minReplicas"], p["maxReplicas"], p["scaleMetric"], p["scaleTarget"]) == (2, 21, "concurrency", 32)
-    assert p["model"]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
-    assert "--tensor-parallel-size=2" in p["model"]["args"]
-    multi = manifests.build_inference_service(s, OWNER, Decision(tensor_parallel=8, pipeline_parallel=2, gpus_per_replica=16, replicas=2))
-    assert multi["spec"]["predictor"]["workerSpec"] == {"tensorParallelSize": 8, "pipelineParallelSize": 2}
-
-
 def test_names_are_dns_labels_and_stable():
     long = "a" * 80
     name = naming.engine_name(long, Tier(8, 2))

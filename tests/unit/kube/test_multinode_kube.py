@@ -84,20 +84,6 @@ def test_leader_only_service_selects_the_leader():
     assert naming.LABEL_GROUP_ROLE not in manifests.build_engine_service(spec(), OWNER, Tier(8, 1))["spec"]["selector"]
 
 
-@pytest.mark.parametrize(
-    ("multi_node", "worker_spec"),
-    [(True, {"tensorParallelSize": 8, "pipelineParallelSize": 2}), (False, None), (None, {"tensorParallelSize": 8, "pipelineParallelSize": 2})],
-)
-def test_kserve_worker_spec_only_for_multi_node(multi_node, worker_spec):
-    d = Decision(tensor_parallel=8, pipeline_parallel=2, gpus_per_replica=16, replicas=3, multi_node=multi_node, nodes=2 if multi_node else None)
-    isvc = manifests.build_inference_service(spec(), OWNER, d)
-    predictor = isvc["spec"]["predictor"]
-    assert predictor.get("workerSpec") == worker_spec
-    gpus = "8" if worker_spec else "16"
-    assert predictor["model"]["resources"]["limits"] == {"nvidia.com/gpu": gpus}
-    assert ("kneepoint.io/multi-node" in isvc["metadata"]["annotations"]) == bool(worker_spec)
-
-
 READY = {"type": "Ready", "status": "True"}
 NOT_READY = {"type": "Ready", "status": "False"}
 UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",

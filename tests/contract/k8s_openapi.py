@@ -1,0 +1,90 @@
+"""Kubernetes' own OpenAPI v3 schemas, for checking rendered objects offline.
+
+The schemas are ``api/openapi-spec/v3/*.json`` of the k8s.io/kubernetes module at the
+sandbox's pinned version, which the sandbox's control-plane build downloads into Go's module
+cache (``go env GOMODCACHE``). Objects are checked with ``jsonschema`` after two
+translations: ``x-kubernetes-int-or-string`` becomes integer-or-string, and an object schema
+with properties refuses unknown fields (kubectl's default strict field validation).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from kneepoint.sandbox import pins
+
+
+def spec_dir() -> Path | None:
+    """The module's openapi-spec/v3 directory, or None when Go or the module is absent."""
+    cache = os.environ.get("GOMODCACHE")
+    if not cache:
+        try:
+            cache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            cache = str(Path.home() / "go" / "pkg" / "mod")
+    path = Path(cache) / f"k8s.io/kubernetes@{pins.KUBERNETES_VERSION}" / "api" / "openapi-spec" / "v3"
+    return path if path.is_dir() else None
+
+
+def _translate(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_translate(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _translate(v) for k, v in node.items() if not k.startswith("x-kubernetes-") and k not in ("default", "description")}
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if "properties" in node and "additionalProperties" not in node:
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _document(directory: str, api_version: str) -> dict[str, Any]:
+    group, _, version = api_version.rpartition("/")
+    name = f"api__{version}_openapi.json" if not group else f"apis__{group}__{version}_openapi.json"
+    doc = json.loads((Path(directory) / name).read_text())
+    return {"components": {"schemas": _translate(doc["components"]["schemas"])}}
+
+
+def _schema_name(doc: dict[str, Any], api_version: str, kind: str) -> str:
+    group, _, version = api_version.rpartition("/")
+    for name, schema in doc["components"]["schemas"].items():
+        if name.endswith(f".{kind}") and f".{version}." in name:
+            for gvk in _gvk_index(api_version).get(name, []):
+                if gvk == (group, version, kind):
+                    return name
+    raise KeyError(f"no schema for {api_version} {kind}")
+
+
+@functools.lru_cache(maxsize=None)
+def _gvk_index(api_version: str) -> dict[str, list[tuple[str, str, str]]]:
+    directory = spec_dir()
+    assert directory is not None
+    group, _, version = api_version.rpartition("/")
+    name = f"api__{version}_openapi.json" if not group else f"apis__{group}__{version}_openapi.json"
+    raw = json.loads((directory / name).read_text())["components"]["schemas"]
+    return {
+        n: [(g.get("group", ""), g.get("version", ""), g.get("kind", "")) for g in s.get("x-kubernetes-group-version-kind", [])]
+        for n, s in raw.items()
+    }
+
+
+def errors(obj: dict[str, Any]) -> list[str]:
+    """Schema errors of one object (``path: message``); [] when it is valid."""
+    directory = spec_dir()
+    assert directory is not None, "k8s.io/kubernetes openapi-spec not found"
+    doc = _document(str(directory), obj["apiVersion"])
+    name = _schema_name(doc, obj["apiVersion"], obj["kind"])
+    schema = {"$ref": f"#/components/schemas/{name}", **doc}
+    validator = jsonschema.Draft4Validator(schema)
+    where = f"{obj['kind']}/{obj.get('metadata', {}).get('name')}"
+    return sorted(f"{where}: {'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in validator.iter_errors(obj))
