@@ -42,7 +42,7 @@ from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import naming
-from kneepoint.kube.manifests import BuildContext, Owner, build_engine_leader_worker_set
+from kneepoint.kube.manifests import BuildContext, Owner, build_engine_leader_worker_set, engine_host_resources
 
 API_VERSION = "serving.kserve.io/v1beta1"
 KIND = "InferenceService"
@@ -68,14 +68,6 @@ NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # label of at most 63 characters: 63 - len("-predictor-00001-private") = 39.
 NAME_MAX_LENGTH = 39
 
-GIB = 1024**3
-# Host memory per engine process (one per GPU rank: Python, CUDA host state, NCCL buffers) and
-# for the API server and tokenizer; the pod's weight shard passes through host memory while
-# it loads, so the limit holds one copy of it besides.
-HOST_MEMORY_PER_RANK = 2 * GIB
-HOST_MEMORY_BASE = 4 * GIB
-# Disk besides the weights: logs, torch.compile and Triton caches, the Hugging Face cache.
-EPHEMERAL_BASE = 10 * GIB
 
 
 class NotExportable(ValueError):
@@ -110,35 +102,27 @@ def checkpoint_bytes(spec: ExperimentSpec, arch: ModelArchitecture) -> int:
     return weight_bytes_per_gpu(arch, Tier(1, 1), spec.model.dtype)
 
 
-def _quantity_gi(value_bytes: float) -> str:
-    return f"{max(1, math.ceil(value_bytes / GIB))}Gi"
-
-
 @dataclass(frozen=True)
 class Sizing:
-    """What one pod of the replica holds: its GPUs and the weight bytes they load."""
+    """What one pod of the replica holds: its GPUs, the weight bytes they load, and what it downloads."""
 
     gpus: int
     weight_bytes: int
+    downloaded_bytes: int
 
 
 def container_resources(spec: ExperimentSpec, sizing: Sizing) -> dict[str, Any]:
     """cpu, memory, ephemeral-storage and GPU requests and limits for one engine pod.
 
-    memory (request = limit): the pod's weight shard + 2 GiB per GPU rank + 4 GiB.
-    cpu: one per GPU rank + 2 (API server, tokenizer); limit twice that (no throttling at start-up).
-    ephemeral-storage: 10 GiB, plus the whole checkpoint when it is downloaded into the pod
-    (hf://: KServe's storage initializer writes it to an emptyDir, which counts against the pod).
+    The host figures are the operator's own engine sizing (``manifests.engine_host_resources``), so the
+    exported replica gets what the measured one had; memory request = limit (a weight load beyond it is
+    an OOM kill), the cpu limit twice the request (no throttling at start-up).
     """
-    memory = _quantity_gi(sizing.weight_bytes + HOST_MEMORY_PER_RANK * sizing.gpus + HOST_MEMORY_BASE)
-    cpu = sizing.gpus + 2
-    download = spec.model.uri.startswith("hf://")
-    ephemeral = _quantity_gi(EPHEMERAL_BASE + (sizing.weight_bytes * 1.05 if download else 0))
+    host = engine_host_resources(sizing.gpus, sizing.weight_bytes, sizing.downloaded_bytes)
     gpu = str(sizing.gpus)
-    return {
-        "requests": {"cpu": str(cpu), "memory": memory, "ephemeral-storage": ephemeral, spec.placement.gpu_resource: gpu},
-        "limits": {"cpu": str(2 * cpu), "memory": memory, "ephemeral-storage": ephemeral, spec.placement.gpu_resource: gpu},
-    }
+    requests = {**host, spec.placement.gpu_resource: gpu}
+    limits = {**host, "cpu": str(2 * int(host["cpu"])), spec.placement.gpu_resource: gpu}
+    return {"requests": requests, "limits": limits}
 
 
 def _model_args(spec: ExperimentSpec, tier: Tier, multi_node: bool) -> list[str]:
@@ -224,7 +208,9 @@ def build_inference_service(
     pod_gpus = tier.tensor_parallel if multi_node else tier.gpus
     # A multi-node replica splits the layers over its PP pods: each pod loads about 1/PP of the weights.
     pod_weights = math.ceil(weight_bytes / tier.pipeline_parallel) if multi_node else weight_bytes
-    resources = container_resources(spec, Sizing(pod_gpus, pod_weights))
+    # hf://: KServe's storage initializer downloads the whole checkpoint into the pod's emptyDir.
+    downloaded = weight_bytes if spec.model.uri.startswith("hf://") else 0
+    resources = container_resources(spec, Sizing(pod_gpus, pod_weights, downloaded))
 
     model: dict[str, Any] = {
         "modelFormat": {"name": "huggingface"},

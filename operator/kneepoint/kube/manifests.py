@@ -196,10 +196,24 @@ def engine_resource_requests(spec: ExperimentSpec, tier: Tier, ctx: BuildContext
     pod_weights = weight_bytes_per_gpu(arch, tier, spec.model.dtype) * gpus_in_pod if arch is not None else 0
     checkpoint = weight_bytes_per_gpu(arch, Tier(1, 1), spec.model.dtype) if arch is not None else 0
     downloads = spec.model.uri.startswith("hf://") and not spec.engine.model_cache.claim_name
+    derived = engine_host_resources(gpus_in_pod, pod_weights, checkpoint if downloads else 0)
     return {
-        "cpu": wanted.cpu or str(2 + gpus_in_pod),
-        "memory": wanted.memory or _gib_quantity(pod_weights + PROCESS_MEMORY_BYTES + PER_GPU_MEMORY_BYTES * gpus_in_pod),
-        "ephemeral-storage": wanted.ephemeral_storage or _gib_quantity((checkpoint if downloads else 0) + SCRATCH_STORAGE_BYTES),
+        "cpu": wanted.cpu or derived["cpu"],
+        "memory": wanted.memory or derived["memory"],
+        "ephemeral-storage": wanted.ephemeral_storage or derived["ephemeral-storage"],
+    }
+
+
+def engine_host_resources(gpus_in_pod: int, pod_weight_bytes: int, downloaded_bytes: int) -> dict[str, str]:
+    """The one sizing of an engine pod's host resources, for the operator's engines and the KServe export alike.
+
+    cpu 2 + GPUs; memory = the weights the pod loads (through host memory) + the process allowances; ephemeral
+    storage = what is downloaded into the pod + scratch.
+    """
+    return {
+        "cpu": str(2 + gpus_in_pod),
+        "memory": _gib_quantity(pod_weight_bytes + PROCESS_MEMORY_BYTES + PER_GPU_MEMORY_BYTES * gpus_in_pod),
+        "ephemeral-storage": _gib_quantity(downloaded_bytes + SCRATCH_STORAGE_BYTES),
     }
 
 
