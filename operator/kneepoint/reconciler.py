@@ -202,8 +202,9 @@ class EngineLogCache:
     """What the log of each failed engine run said, so a run's log is read once (per operator process).
 
     Keyed by :attr:`pod_status.FailedRun.key` (pod uid, container, the run's container id):
-    a crash-looping engine costs one log read per crash, not one per pass. None records a
-    log the API could not give (the termination message stands in).
+    a crash-looping engine costs one log read per crash, not one per pass. The value is the
+    cause vLLM's log names (its line; "" when none), None for a log the API could not give
+    (the termination message stands in).
     """
 
     max_entries: int = 512
@@ -557,6 +558,10 @@ class Reconciler:
                     text = await self.reader.container_log(
                         namespace, run.pod, run.container, False, pod_status.LOG_TAIL_LINES, pod_status.LOG_LIMIT_BYTES
                     )
+                if text is not None:
+                    # Keep vLLM's line only (it classifies as the whole log does), not up to a MiB per run.
+                    cause = pod_status.classify_engine_output(text)
+                    text = cause.line if cause is not None else ""
                 self.engine_logs.put(run.key, text)
             out[run.pod] = text
         return out
