@@ -200,6 +200,29 @@ def _hf_config_json(arch: Any) -> str:
     return json.dumps({k: v for k, v in data.items() if v is not None}, sort_keys=True)
 
 
+@dataclass
+class EngineLogCache:
+    """What the log of each failed engine run said, so a run's log is read once (per operator process).
+
+    Keyed by :attr:`pod_status.FailedRun.key` (pod uid, container, the run's container id):
+    a crash-looping engine costs one log read per crash, not one per pass. The value is the
+    cause vLLM's log names (its line; "" when none), None for a log the API could not give
+    (the termination message stands in).
+    """
+
+    max_entries: int = 512
+    entries: dict[str, str | None] = field(default_factory=dict)
+
+    def get(self, key: str) -> tuple[bool, str | None]:
+        return (key in self.entries, self.entries.get(key))
+
+    def put(self, key: str, text: str | None) -> None:
+        self.entries.pop(key, None)
+        self.entries[key] = text
+        while len(self.entries) > self.max_entries:
+            del self.entries[next(iter(self.entries))]
+
+
 class Reconciler:
     """Reconciles experiments; one instance per operator process, shared by all experiments."""
 
@@ -218,6 +241,7 @@ class Reconciler:
         self.ledger = GpuLedger()
         self.fleet_cache = FleetCache(max_age=settings.fleet_cache_seconds)
         self.queue = WaitQueue()
+        self.engine_logs = EngineLogCache()
         self.clock = clock
         self._prometheus: dict[str, PrometheusReader] = {}
         self._prometheus_factory = prometheus_factory or (lambda url, interval: PrometheusReader(url, scrape_interval_seconds=interval))
@@ -509,13 +533,13 @@ class Reconciler:
                     self.reader.leader_worker_set(namespace, naming.engine_name(name, tier)),
                     self.reader.engine_pods(name, namespace, tier),
                 )
-                engine = pod_status.group_state(group, pods if group else [])
+                engine = pod_status.group_state(group, pods if group else [], await self._engine_logs(namespace, pods if group else []))
             elif current.phase in (TIER_DEPLOYING, TIER_LOAD_TESTING):
                 deployment, pods = await asyncio.gather(
                     self.reader.deployment(namespace, naming.engine_name(name, tier)),
                     self.reader.engine_pods(name, namespace, tier),
                 )
-                engine = pod_status.engine_state(deployment, pods if deployment else [])
+                engine = pod_status.engine_state(deployment, pods if deployment else [], await self._engine_logs(namespace, pods if deployment else []))
             if current.phase == TIER_LOAD_TESTING:
                 attempt = current.attempts or 1
                 job_name = naming.load_test_name(name, tier, attempt)
@@ -555,6 +579,33 @@ class Reconciler:
             gpu=gpu,
         )
         return obs, ctx
+
+    async def _engine_logs(self, namespace: str, pods: list[dict[str, Any]]) -> dict[str, str | None]:
+        """The log of each engine run that failed (read once per run; see EngineLogCache).
+
+        vLLM writes why it could not start only in its log (the kubelet's termination message
+        keeps the last 2048 bytes: the API server's traceback). A run restarted since is read
+        with ``previous``; where that is not served, the current container's log, and where
+        neither is, none: the termination message is the fallback (pod_status.engine_state).
+        """
+        out: dict[str, str | None] = {}
+        for run in pod_status.failed_engine_runs(pods, manifests.ENGINE_CONTAINER)[: pod_status.MAX_LOG_READS_PER_PASS]:
+            known, text = self.engine_logs.get(run.key)
+            if not known:
+                text = await self.reader.container_log(
+                    namespace, run.pod, run.container, run.previous, pod_status.LOG_TAIL_LINES, pod_status.LOG_LIMIT_BYTES
+                )
+                if text is None and run.previous:
+                    text = await self.reader.container_log(
+                        namespace, run.pod, run.container, False, pod_status.LOG_TAIL_LINES, pod_status.LOG_LIMIT_BYTES
+                    )
+                if text is not None:
+                    # Keep vLLM's line only (it classifies as the whole log does), not up to a MiB per run.
+                    cause = pod_status.classify_engine_output(text)
+                    text = cause.line if cause is not None else ""
+                self.engine_logs.put(run.key, text)
+            out[run.pod] = text
+        return out
 
     async def _fleet_lists(self, wait: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Every node and every pod holding resources, from the shared cache (see FleetCache).

@@ -48,7 +48,7 @@ VERBS = {"read": "get", "get": "get", "list": "list", "create": "create", "repla
 CLUSTER_SCOPED = {"nodes", "namespaces", "persistentvolumes", "customresourcedefinitions"}
 _METHOD = re.compile(
     r"^(?P<verb>read|get|list|create|replace|patch|delete)_(?P<ns>namespaced_|cluster_)?(?P<kind>[a-z_]+?)"
-    r"(?P<sub>_status)?(?P<all>_for_all_namespaces)?$"
+    r"(?P<sub>_status|_log)?(?P<all>_for_all_namespaces)?$"
 )
 
 
@@ -141,7 +141,7 @@ def client_call_permissions(path: Path) -> set[Permission]:
             if cls is client.CustomObjectsApi and path.name in CUSTOM_OBJECT_MODULES:
                 group, resource = CUSTOM_OBJECT_MODULES[path.name]
             if match["sub"]:
-                resource += "/status"
+                resource += "/" + match["sub"][1:]  # pods/status, pods/log
             namespaced = match["ns"] == "namespaced_" and not match["all"]
             scope = NAMESPACE if namespaced and resource not in CLUSTER_SCOPED else CLUSTER
             out.add(Permission(group, resource, VERBS[match["verb"]], scope, f"{path.name}: {node.attr}"))

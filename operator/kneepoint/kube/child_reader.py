@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any, Callable
 
 from kubernetes import client
@@ -17,6 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import naming
 from kneepoint.kube.lws_api import LeaderWorkerSetApi
+
+log = logging.getLogger("kneepoint.reader")
 
 
 def _json(resp: Any) -> dict[str, Any]:
@@ -65,6 +68,35 @@ class ChildReader:
 
     async def engine_pods(self, experiment: str, namespace: str, tier: Tier) -> list[dict[str, Any]]:
         return await self.pods(namespace, naming.child_labels(experiment, tier, naming.ROLE_ENGINE))
+
+    async def container_log(
+        self, namespace: str, pod: str, container: str, previous: bool, tail_lines: int, limit_bytes: int
+    ) -> str | None:
+        """The tail of one container's log (``previous``: the run before its current one), or None.
+
+        None when the API cannot give it: 400 (no such run: no previous container, a
+        container waiting to start, or a node that serves no logs), 403 (no ``pods/log``
+        get: the chart's RBAC grants it), 404 (the pod is gone). The caller falls back to
+        the termination message.
+        """
+        self.on_request("read_namespaced_pod_log")
+
+        def run() -> str | None:
+            try:
+                resp = self.core.read_namespaced_pod_log(
+                    pod, namespace, container=container, previous=previous, tail_lines=tail_lines,
+                    limit_bytes=limit_bytes, _preload_content=False,
+                )
+            except ApiException as exc:
+                if exc.status in (400, 403, 404):
+                    log.log(logging.WARNING if exc.status == 403 else logging.INFO,
+                            "No log of %s/%s container %s (previous=%s): %s %s", namespace, pod, container, previous,
+                            exc.status, (exc.body or exc.reason or "")[:200])
+                    return None
+                raise
+            return bytes(resp.data).decode("utf-8", "replace")
+
+        return await asyncio.to_thread(run)
 
     async def job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._call(self.batch.read_namespaced_job, name, namespace)

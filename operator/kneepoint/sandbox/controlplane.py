@@ -236,6 +236,7 @@ def _up_locked(
         if name == "kwok":
             # The default ServiceAccount proves the controller-manager works end to end.
             _wait_default_service_account(sandbox)
+            _apply_kwok_crds(sandbox, bins.kubectl, say)
         _ensure_component(sandbox, name, commands[name], health[name], env, say)
         if name == "lws":
             _apply_lws_webhooks(sandbox, bins.kubectl, say)
@@ -388,6 +389,11 @@ def _sync_nodes(sandbox: Sandbox, groups: list[fleet.NodeGroup], say: Say) -> No
     from kubernetes.client.rest import ApiException
 
     wanted = {node["metadata"]["name"]: node for node in fleet.node_objects(groups)}
+    # Where the API server finds the node's "kubelet" for pod logs: KWOK's server (flags.kwok).
+    # KWOK writes it only when it initialises a node, so nodes kept from an earlier start get it here.
+    endpoints = {"kubeletEndpoint": {"Port": sandbox.ports.kwok}}
+    for node in wanted.values():
+        node["status"]["daemonEndpoints"] = endpoints
     with api_client(sandbox) as api:
         core = client.CoreV1Api(api)
         existing = {n.metadata.name: n for n in core.list_node(label_selector=f"{fleet.SANDBOX_NODE_LABEL}=true").items}
@@ -415,8 +421,9 @@ def _sync_nodes(sandbox: Sandbox, groups: list[fleet.NodeGroup], say: Say) -> No
             if any(labels.get(k) != v for k, v in want_labels.items()) or stale:
                 core.patch_node(name, {"metadata": {"labels": {**want_labels, **stale}}})
                 updated.append(name)
-            if capacity != node["status"]["capacity"]:
-                core.patch_node_status(name, {"status": {k: node["status"][k] for k in ("capacity", "allocatable")}})
+            port = current.status.daemon_endpoints.kubelet_endpoint.port if current.status.daemon_endpoints else 0
+            if capacity != node["status"]["capacity"] or port != sandbox.ports.kwok:
+                core.patch_node_status(name, {"status": {k: node["status"][k] for k in ("capacity", "allocatable", "daemonEndpoints")}})
                 if name not in updated:
                     updated.append(name)
     parts = [f"{label} {', '.join(names)}" for label, names in (("created", created), ("updated", updated), ("deleted", deleted)) if names]
@@ -477,6 +484,16 @@ def _apply_crds(sandbox: Sandbox, kubectl_path: Path, say: Say) -> None:
             "--field-manager=kneepoint-sandbox", "-f", str(directory))
     _wait_established(sandbox, kubectl_path, directory)
     say(f"[sandbox] CRDs from {directory} applied (server-side) and Established")
+
+
+def _apply_kwok_crds(sandbox: Sandbox, kubectl_path: Path, say: Say) -> None:
+    """KWOK's Logs CRD (kneepoint/data/sandbox), Established before KWOK starts watching Logs objects."""
+    resource = importlib.resources.files("kneepoint.data").joinpath("sandbox/kwok-logs-crd.yaml")
+    with importlib.resources.as_file(resource) as path:
+        kubectl(sandbox, kubectl_path, "apply", "--server-side", "--force-conflicts",
+                "--field-manager=kneepoint-sandbox", "-f", str(path))
+        _wait_established(sandbox, kubectl_path, path)
+    say("[sandbox] KWOK Logs CRD applied (pod logs for kubectl logs)")
 
 
 def _prepare_lws(sandbox: Sandbox, kubectl_path: Path, say: Say) -> None:

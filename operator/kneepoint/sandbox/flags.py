@@ -83,6 +83,10 @@ def kube_apiserver(binary: str, paths: StatePaths, ports: Ports) -> list[str]:
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--allow-privileged=true",
         "--profiling=false",
+        # Pod logs: the API server dials the node's InternalIP (127.0.0.1) at the port the node
+        # reports (KWOK's server, --node-port below); the node's Hostname does not resolve.
+        # Without --kubelet-certificate-authority it does not verify KWOK's self-signed certificate.
+        "--kubelet-preferred-address-types=InternalIP",
     ]
 
 
@@ -146,6 +150,10 @@ def kwok(binary: str, paths: StatePaths, ports: Ports) -> list[str]:
         f"--node-ip={HOST}",
         "--node-lease-duration-seconds=40",
         f"--server-address={HOST}:{ports.kwok}",
+        # Written into each node's status.daemonEndpoints.kubeletEndpoint: kubectl logs reaches KWOK there.
+        f"--node-port={ports.kwok}",
+        # Per-pod Logs objects (the pod runner writes them; the CRD is applied before KWOK starts).
+        "--enable-crds=Logs",
     ]
 
 

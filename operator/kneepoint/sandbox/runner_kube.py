@@ -29,6 +29,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from kneepoint.sandbox.runner_podstatus import KWOK_LOGS_GROUP, KWOK_LOGS_PLURAL, KWOK_LOGS_VERSION
+
 log = logging.getLogger(__name__)
 
 SMP = "application/strategic-merge-patch+json"
@@ -51,6 +53,7 @@ class KubeGateway:
         self.kubeconfig = kubeconfig
         self.api_client = config.new_client_from_config(config_file=str(kubeconfig))
         self.core = client.CoreV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
         self.server, self.ca_data = _cluster_of(kubeconfig)
 
     # --- reads -------------------------------------------------------------------------
@@ -123,6 +126,28 @@ class KubeGateway:
             if exc.status == 404:
                 return None
             raise
+
+    def put_pod_logs(self, body: dict[str, Any]) -> bool:
+        """Create or replace KWOK's ``Logs`` object of a pod; False when the pod or the Logs CRD is gone (404)."""
+        meta = body["metadata"]
+        group, version, plural = KWOK_LOGS_GROUP, KWOK_LOGS_VERSION, KWOK_LOGS_PLURAL
+        try:
+            self.custom.create_namespaced_custom_object(group, version, meta["namespace"], plural, body, _preload_content=False)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            if exc.status != 409:
+                raise
+        patch = {"spec": body["spec"]}
+        try:
+            self.custom.patch_namespaced_custom_object(group, version, meta["namespace"], plural, meta["name"], patch,
+                                                       _content_type="application/merge-patch+json", _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     def delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
         """Delete with grace 0, only the pod with ``uid`` (a recreated namesake stays)."""

@@ -51,6 +51,7 @@ from kneepoint.sandbox.runner_podstatus import (
     PodObservation,
     build_status_patch,
     container_status,
+    pod_logs_object,
     pod_phase,
     rfc3339,
     termination_message,
@@ -163,6 +164,7 @@ class PodSupervisor:
         self._main: asyncio.Task[None] | None = None
         self._token_expiry = 0.0
         self.runtime_dir = self.settings.runtime_dir / self.uid
+        self._log_files: dict[str, tuple[str, str | None]] = {}
 
     # --- entry points --------------------------------------------------------------------
 
@@ -349,12 +351,18 @@ class PodSupervisor:
         message_path = Path(plan.env["TERMINATION_MESSAGE_PATH"])
         with contextlib.suppress(FileNotFoundError):
             message_path.unlink()
+        run = record.restart_count
+        cri_path = self._run_log(record.name, run)
+        previous = self._run_log(record.name, run - 1) if run > 0 else None
+        with contextlib.suppress(OSError):
+            self._run_log(record.name, run - 2).unlink()  # the kubelet keeps the current and the previous run
         process = ContainerProcess(
             plan.argv,
             plan.env,
             cwd=container_dir,
             log_path=self.settings.logs_dir / log_file_name(self.namespace, self.name, record.name),
             pid_path=self.settings.pids_dir / f"{self.uid}_{record.name}.json",
+            cri_path=cri_path,
         )
         try:
             pid = await process.start(f"pod={self.namespace}/{self.name} container={record.name} restart={record.restart_count} argv={' '.join(plan.argv[:4])}")
@@ -363,6 +371,7 @@ class PodSupervisor:
             self._mark_dirty()
             return 128
         self.processes[record.name] = process
+        await self._publish_logs(record.name, cri_path, previous if previous and previous.exists() else None)
         log.info("Started container pod=%s/%s container=%s kind=%s pid=%s ip=%s", self.namespace, self.name, record.name, plan.kind, pid, self.pod_ip)
         record.run(_now(), f"sandbox://{pid}")
         probes = None if init else asyncio.create_task(self._probe(spec, record, process))
@@ -377,6 +386,9 @@ class PodSupervisor:
                 with contextlib.suppress(asyncio.CancelledError):
                     await probes
             self.processes.pop(record.name, None)
+        if not self.deleting.is_set() and self._should_restart(_restart_policy(self.pod), exit_code, init):
+            # Waiting to restart, the kubelet serves this run both as the current and as the previous log.
+            await self._publish_logs(record.name, cri_path, cri_path)
         try:
             file_bytes = message_path.read_bytes()[:4096]
         except OSError:
@@ -388,6 +400,22 @@ class PodSupervisor:
         log.info("Container exited pod=%s/%s container=%s exitCode=%s reason=%s", self.namespace, self.name, record.name, exit_code, reason)
         self._mark_dirty()
         return exit_code
+
+    def _run_log(self, container: str, run: int) -> Path:
+        """The CRI-format log of one run of a container (the kubelet's /var/log/pods/.../<container>/<run>.log)."""
+        return self.runtime_dir / "logs" / container / f"{run}.log"
+
+    async def _publish_logs(self, container: str, current: Path, previous: Path | None) -> None:
+        """Point KWOK's Logs object of this pod at the container's current and previous run (``kubectl logs``)."""
+        self._log_files[container] = (str(current), str(previous) if previous else None)
+        if self.gone or self.shutting_down:
+            return
+        body = pod_logs_object(self.namespace, self.name, self.uid, self._log_files)
+        try:
+            if not await asyncio.to_thread(self.services.gateway.put_pod_logs, body):
+                log.debug("No Logs object for pod=%s/%s (pod gone, or KWOK's Logs CRD not installed)", self.namespace, self.name)
+        except Exception as exc:  # a log that cannot be served must not stop the pod
+            log.warning("Could not publish logs pod=%s/%s container=%s: %s", self.namespace, self.name, container, exc)
 
     async def _probe(self, spec: dict[str, Any], record: ContainerRecord, process: ContainerProcess) -> None:
         """Startup probe (failing it kills the container), then readiness, every period."""

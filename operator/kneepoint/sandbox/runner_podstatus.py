@@ -9,12 +9,10 @@ becomes Available when its pod is Ready, a Job completes or fails from the pod's
 Termination, as the kubelet: exit code (a signal N becomes 128+N), reason ``Completed``
 for 0 and ``Error`` otherwise, message = the termination-message file (at most 4096
 bytes); with ``terminationMessagePolicy: FallbackToLogsOnError`` an empty file on failure
-gives the log tail (last 80 lines, at most 2048 bytes). One sandbox choice: when the
-output of a failed container says ``CUDA out of memory`` or ``No available memory for the
-cache blocks`` (the simulator prints these like vLLM, CONTRACTS C), the reason is
-``OOMKilled``. A real kubelet reports ``Error`` there (the kernel's OOM killer was not
-involved), so an operator that must work on real clusters should classify by the
-message and set FallbackToLogsOnError on engine containers.
+gives the log tail (last 80 lines, at most 2048 bytes). A simulator that refuses to start
+because the model does not fit exits 1 with reason ``Error``, as vLLM does on a real
+kubelet (the kernel's OOM killer is not involved): the operator reads the cause from the
+container's log, which KWOK serves from the files :func:`pod_logs_object` names.
 """
 
 from __future__ import annotations
@@ -28,7 +26,8 @@ from typing import Any
 MAX_MESSAGE_BYTES = 4096
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
-OOM_MARKERS = ("CUDA out of memory", "No available memory for the cache blocks")
+# KWOK's Logs resource (kwok.x-k8s.io/v1alpha1): which file ``kubectl logs [--previous]`` reads.
+KWOK_LOGS_GROUP, KWOK_LOGS_VERSION, KWOK_LOGS_PLURAL = "kwok.x-k8s.io", "v1alpha1", "logs"
 
 WAITING, RUNNING, TERMINATED = "waiting", "running", "terminated"
 MANAGED_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
@@ -126,13 +125,36 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def termination_reason(exit_code: int, output_tail: str) -> str:
-    """``Completed``, ``OOMKilled`` (the output says CUDA OOM; see the module doc) or ``Error``."""
-    if exit_code == 0:
-        return "Completed"
-    if any(marker in output_tail for marker in OOM_MARKERS):
-        return "OOMKilled"
-    return "Error"
+def termination_reason(exit_code: int, output_tail: str = "") -> str:
+    """``Completed`` or ``Error``, as the kubelet (OOMKilled only comes from the kernel, which the sandbox has not)."""
+    return "Completed" if exit_code == 0 else "Error"
+
+
+def pod_logs_object(namespace: str, pod: str, uid: str, files: Mapping[str, tuple[str, str | None]]) -> dict[str, Any]:
+    """KWOK's ``Logs`` for one pod: per container the file of its current log and of its previous one.
+
+    ``files`` maps a container to (current, previous or None). The kubelet's rule decides
+    which run each is (runner_pods): ``--previous`` is the run in ``lastState.terminated``;
+    the current log is the running or terminated run, else (waiting to restart) that same
+    last run. The pod owns the object, so it goes with the pod.
+    """
+    logs = []
+    for container in sorted(files):
+        current, previous = files[container]
+        entry: dict[str, Any] = {"containers": [container], "logsFile": current, "follow": False}
+        if previous:
+            entry["previousLogsFile"] = previous
+        logs.append(entry)
+    return {
+        "apiVersion": f"{KWOK_LOGS_GROUP}/{KWOK_LOGS_VERSION}",
+        "kind": "Logs",
+        "metadata": {
+            "name": pod,
+            "namespace": namespace,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}],
+        },
+        "spec": {"logs": logs},
+    }
 
 
 def log_fallback(output_tail: str) -> str:

@@ -9,8 +9,11 @@ running child lets a restarted runner kill leftovers that escaped even that
 
 Logs: stdout and stderr of every run of a container are appended to one file,
 ``<state-dir>/pods/<namespace>_<pod>_<container>.log``, each run opened by a marker line
-``==== kneepoint sandbox runner: ... ====``. ``kubectl logs`` cannot reach them (there is
-no kubelet to serve logs); read the files.
+``==== kneepoint sandbox runner: ... ====`` (for people). Each run also gets a file of its
+own in the CRI log format the kubelet's container runtime writes (``<RFC 3339 time>
+<stdout|stderr> <F|P> <text>``, see :func:`cri_line`), which KWOK serves to ``kubectl logs``
+(runner_pods publishes the files in a KWOK ``Logs`` object). For that the runner reads the
+process's output through pipes and writes both files itself.
 """
 
 from __future__ import annotations
@@ -43,6 +46,39 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
+# containerd splits lines longer than this into partial (P) records.
+CRI_MAX_LINE_BYTES = 16 * 1024
+
+
+def cri_line(stamp: str, stream: str, content: bytes, partial: bool = False) -> bytes:
+    """One CRI log record: ``2026-12-01T18:27:09.123456Z stderr F <content>\\n`` (content without its newline)."""
+    return f"{stamp} {stream} {'P' if partial else 'F'} ".encode() + content + b"\n"
+
+
+def cri_records(stamp: str, stream: str, buffer: bytearray, final: bool = False) -> bytes:
+    """Take the complete lines out of ``buffer`` as CRI records (and the rest too when ``final``)."""
+    out = bytearray()
+    while True:
+        newline = buffer.find(b"\n")
+        if newline < 0:
+            if len(buffer) >= CRI_MAX_LINE_BYTES or (final and buffer):
+                chunk = bytes(buffer[:CRI_MAX_LINE_BYTES])
+                del buffer[: len(chunk)]
+                out += cri_line(stamp, stream, chunk, partial=not final or bool(buffer))
+                continue
+            return bytes(out)
+        line = bytes(buffer[:newline])
+        del buffer[: newline + 1]
+        while len(line) > CRI_MAX_LINE_BYTES:
+            out += cri_line(stamp, stream, line[:CRI_MAX_LINE_BYTES], partial=True)
+            line = line[CRI_MAX_LINE_BYTES:]
+        out += cri_line(stamp, stream, line)
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def log_file_name(namespace: str, pod: str, container: str) -> str:
     """``<namespace>_<pod>_<container>.log`` (names are DNS labels: no ``_`` inside)."""
     return f"{namespace}_{pod}_{container}.log"
@@ -56,8 +92,11 @@ class ContainerProcess:
     forces it (SIGKILL) after the grace period.
     """
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log_path: Path, pid_path: Path) -> None:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log_path: Path, pid_path: Path,
+                 cri_path: Path | None = None) -> None:
         self.argv = list(argv)
+        self.cri_path = cri_path
+        self._pumps: list[asyncio.Task[None]] = []
         self.env = dict(env)
         self.cwd = cwd
         self.log_path = log_path
@@ -79,19 +118,43 @@ class ContainerProcess:
             log_file.write(f"==== kneepoint sandbox runner: {stamp} {banner} ====\n".encode())
             log_file.flush()
             self._log_offset = log_file.tell()
+            piped = self.cri_path is not None
             self._process = await asyncio.create_subprocess_exec(
                 *self.argv,
                 stdin=asyncio.subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
+                stdout=asyncio.subprocess.PIPE if piped else log_file,
+                stderr=asyncio.subprocess.PIPE if piped else log_file,
                 env=self.env,
                 cwd=str(self.cwd),
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
+        if self.cri_path is not None:
+            self.cri_path.parent.mkdir(parents=True, exist_ok=True)
+            self.cri_path.touch()
+            assert self._process.stdout is not None and self._process.stderr is not None
+            self._pumps = [asyncio.create_task(self._pump(reader, name))
+                           for reader, name in ((self._process.stdout, "stdout"), (self._process.stderr, "stderr"))]
         pid = self._process.pid
         self._write_pid_file(pid)
         return pid
+
+    async def _pump(self, reader: asyncio.StreamReader, stream: str) -> None:
+        """Copy one output stream into the plain log (as is) and the run's CRI log (as records)."""
+        assert self.cri_path is not None
+        buffer = bytearray()
+        with open(self.log_path, "ab", buffering=0) as plain, open(self.cri_path, "ab", buffering=0) as cri:
+            while True:
+                chunk = await reader.read(65536)
+                if not chunk:
+                    break
+                plain.write(chunk)
+                buffer += chunk
+                records = cri_records(_stamp(), stream, buffer)
+                if records:
+                    cri.write(records)
+            if buffer:
+                cri.write(cri_records(_stamp(), stream, buffer, final=True))
 
     def _write_pid_file(self, pid: int) -> None:
         try:
@@ -108,6 +171,9 @@ class ContainerProcess:
         self._exit_code = exit_code_of(returncode)
         # The container is gone once its main process is: take the rest of the group with it.
         _kill_group(self._process.pid, signal.SIGKILL)
+        if self._pumps:
+            # The group is dead, so the pipes close: the logs hold the run's last words before its exit is reported.
+            await asyncio.wait(self._pumps, timeout=5.0)
         with contextlib.suppress(FileNotFoundError):
             self.pid_path.unlink()
         return self._exit_code

@@ -4,8 +4,9 @@ Takes ``vllm serve``'s flags (those that change what is simulated; any other vLL
 accepted and ignored with a warning) plus the simulator's own, each with an environment
 fallback because the sandbox runner sets them from node labels (contract C). At start it
 sizes itself as vLLM would, with the foundation's memory estimator: when the weights and a
-minimal KV cache do not fit in ``gpu-memory-utilization x memory`` it prints vLLM's error
-line and exits 1; otherwise it serves until SIGTERM.
+minimal KV cache do not fit in ``gpu-memory-utilization x memory`` it fails as vLLM does
+(``startup``: the EngineCore's root cause, then the API server's traceback) and exits 1;
+otherwise it prints vLLM's start-up lines over the model-load time and serves until SIGTERM.
 
 Exit codes: 0 after a clean shutdown, 1 when the model does not fit (or vLLM would refuse
 the configuration), 2 for bad flags (one line naming the flag and the allowed values).
@@ -20,6 +21,7 @@ import os
 import re
 import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -44,7 +46,8 @@ from kneepoint.core.memory_estimate import (
 from kneepoint.core.tiers import Tier
 from kneepoint.simulator.calibration import load_calibration
 from kneepoint.simulator.perf_model import INTERCONNECTS, Deployment, Hardware, PerfModel, shape_from_architecture
-from kneepoint.simulator.server import SimulatorSettings, serve_forever
+from kneepoint.simulator.server import VLLM_VERSION, SimulatorSettings, serve_forever
+from kneepoint.simulator.startup import NO_KV_MEMORY, EngineRefusal, StartupFigures, run_failure
 
 log = logging.getLogger("kneepoint.sim")
 
@@ -68,12 +71,6 @@ def fail(flag: str, message: str) -> NoReturn:
     """Bad input: one line naming the flag, exit 2."""
     click.echo(f"kneepoint sim: {flag}: {message}", err=True)
     sys.exit(2)
-
-
-def refuse(message: str) -> NoReturn:
-    """vLLM would fail at start-up: its error line, exit 1."""
-    click.echo(message, err=True)
-    sys.exit(1)
 
 
 class _VllmCommand(click.Command):
@@ -149,28 +146,34 @@ def default_max_num_seqs(gpu: GpuType) -> int:
 def _cuda_oom_line(gpu: GpuType, est: MemoryEstimate) -> str:
     total = gpu.memory_bytes
     free = max(0, total - est.context_bytes_per_gpu - est.nccl_bytes_per_gpu)
-    return (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {(est.weights_bytes_per_gpu - free) / GIB:.2f} GiB "
-            f"more while loading {est.weights_bytes_per_gpu / GIB:.2f} GiB of weights per GPU. GPU 0 has a total capacity of "
-            f"{total / GIB:.2f} GiB of which {free / GIB:.2f} GiB is free. (kneepoint sim: the weights alone exceed the GPU)")
+    return (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {(est.weights_bytes_per_gpu - free) / GIB:.2f} GiB. "
+            f"GPU 0 has a total capacity of {total / GIB:.2f} GiB of which {free / GIB:.2f} GiB is free.")
 
 
-def check_fit(gpu: GpuType, arch: ModelArchitecture, tier: Tier, est: MemoryEstimate, requested_len: int | None) -> None:
-    """Exit 1 with vLLM's message when vLLM would refuse to start."""
+def available_kv_bytes(est: MemoryEstimate) -> int:
+    """What vLLM logs as ``Available KV cache memory``: the budget less weights, activations and overhead (may be negative)."""
+    return est.budget_bytes_per_gpu - est.weights_bytes_per_gpu - est.activation_bytes_per_gpu - est.overhead_bytes_per_gpu
+
+
+def check_fit(gpu: GpuType, arch: ModelArchitecture, tier: Tier, est: MemoryEstimate, requested_len: int | None,
+              figures: StartupFigures | None = None) -> None:
+    """Raise EngineRefusal where vLLM would refuse to start, with its root-cause line."""
     incompatible = tier_incompatibility(arch, tier, gpu, est.dtype)
     if incompatible:
-        refuse(f"ValueError: {incompatible}")
+        raise EngineRefusal("config", f"ValueError: {incompatible}", figures)
     if est.weights_bytes_per_gpu + est.context_bytes_per_gpu + est.nccl_bytes_per_gpu > gpu.memory_bytes:
-        refuse(_cuda_oom_line(gpu, est))
+        raise EngineRefusal("weights", _cuda_oom_line(gpu, est), figures,
+                            f"{est.weights_bytes_per_gpu / GIB:.2f} GiB of weights per GPU exceed the GPU")
     if est.kv_pool_bytes_per_gpu <= 0:
-        refuse("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-               f"initializing the engine. (kneepoint sim: {est.reason})")
+        raise EngineRefusal("kv_cache", NO_KV_MEMORY, figures, est.reason)
     if requested_len is not None and not est.fits:
         tokens = est.kv_pool_bytes_per_gpu // est.kv_bytes_per_token_per_gpu
-        refuse(f"ValueError: To serve at least one request with the models's max seq len ({requested_len}), "
-               f"({requested_len * est.kv_bytes_per_token_per_gpu / GIB:.2f} GiB KV cache is needed, which is larger than "
-               f"the available KV cache memory ({est.kv_pool_bytes_per_gpu / GIB:.2f} GiB). Based on the available memory, "
-               f"the estimated maximum model length is {tokens}. Try increasing `gpu_memory_utilization` or decreasing "
-               "`max_model_len` when initializing the engine.")
+        raise EngineRefusal("kv_cache", (
+            f"ValueError: To serve at least one request with the models's max seq len ({requested_len}), "
+            f"({requested_len * est.kv_bytes_per_token_per_gpu / GIB:.2f} GiB KV cache is needed, which is larger than "
+            f"the available KV cache memory ({est.kv_pool_bytes_per_gpu / GIB:.2f} GiB). Based on the available memory, "
+            f"the estimated maximum model length is {tokens}. Try increasing `gpu_memory_utilization` or decreasing "
+            "`max_model_len` when initializing the engine."), figures)
 
 
 @click.command(cls=_VllmCommand, context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
@@ -221,7 +224,11 @@ def command(ctx: click.Context, **opts: Any) -> None:
         log.warning("ignoring vLLM flag(s) the simulator does not model: %s", " ".join(extra))
     if not model:
         fail("--model", "required (a model name or path, as vllm serve takes it)")
-    settings = build_settings(model, opts)
+    try:
+        settings = build_settings(model, opts)
+    except EngineRefusal as refusal:
+        # vLLM's shape: the start-up up to where it fails, the root cause, the API server's traceback, exit 1.
+        sys.exit(run_failure(refusal))
     try:
         asyncio.run(serve_forever(settings))
     except OSError as exc:  # port in use, address not available
@@ -288,31 +295,35 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
                           context_len=requested_len or block, gpu_memory_utilization=util,
                           enforce_eager=opts["enforce_eager"], max_num_batched_tokens=max_batched,
                           max_num_seqs=max_num_seqs, interconnect=interconnect)
-    check_fit(gpu, arch, tier, est, requested_len)
-    pool_tokens = est.kv_pool_bytes_per_gpu // est.kv_bytes_per_token_per_gpu
-    num_blocks = int(pool_tokens // block)
-    if requested_len is None:  # auto: the largest length the pool holds
-        requested_len = min(AUTO_MAX_MODEL_LEN_CAP, num_blocks * block)
-    if num_blocks < 1 or num_blocks * block < requested_len:
-        refuse("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-               "initializing the engine.")
-    log.info("Model %s as %s: %d layers, %.2f B parameters; %s TP=%d PP=%d over %s", model, arch.name, arch.num_layers,
-             arch.num_parameters / 1e9, gpu.display_name, tp, pp, interconnect)
-    log.info("Available KV cache memory: %.2f GiB", est.kv_pool_bytes_per_gpu / GIB)
-    log.info("GPU KV cache size: %s tokens", f"{num_blocks * block:,}")
-    log.info("Maximum concurrency for %s tokens per request: %.2fx", f"{requested_len:,}", num_blocks * block / requested_len)
-    fp8 = weight_dtype == "fp8"
-    hardware = Hardware.from_gpu(gpu, interconnect, fp8_compute=fp8, inter_node_gbps=opts["inter_node_gbps"])
-    deployment = Deployment(tensor_parallel=tp, pipeline_parallel=pp, weight_bytes_per_gpu=est.weights_bytes_per_gpu,
-                            kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
-                            activation_bytes=4 if weight_dtype == "float32" else 2, enforce_eager=opts["enforce_eager"])
-    perf = PerfModel(shape_from_architecture(arch), hardware, deployment, load_calibration())
     load_seconds = opts["model_load_seconds"]
     if load_seconds is None:
         load_seconds = min(LOAD_SECONDS_CAP, est.weights_bytes_per_gpu / LOAD_BYTES_PER_SECOND)
     if load_seconds < 0:
         fail("--model-load-seconds", f"must be >= 0; got {load_seconds}")
     names = tuple(opts["served_model_name"]) or (model,)
+    pool_tokens = max(0, est.kv_pool_bytes_per_gpu) // est.kv_bytes_per_token_per_gpu
+    num_blocks = int(pool_tokens // block)
+    figures = StartupFigures(
+        model=model, served_model_name=names[0], tensor_parallel=tp, pipeline_parallel=pp, dtype=weight_dtype,
+        max_model_len=requested_len or num_blocks * block, max_num_batched_tokens=max_batched, max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=util, weights_gib=est.weights_bytes_per_gpu / GIB, available_kv_gib=available_kv_bytes(est) / GIB,
+        kv_cache_tokens=num_blocks * block, graph_gib=est.cuda_graph_bytes_per_gpu / GIB, enforce_eager=opts["enforce_eager"],
+        load_seconds=load_seconds, host=opts["host"], port=opts["port"], version=VLLM_VERSION,
+    )
+    check_fit(gpu, arch, tier, est, requested_len, figures)
+    if requested_len is None:  # auto: the largest length the pool holds
+        requested_len = min(AUTO_MAX_MODEL_LEN_CAP, num_blocks * block)
+        figures = replace(figures, max_model_len=requested_len)
+    if num_blocks < 1 or num_blocks * block < requested_len:
+        raise EngineRefusal("kv_cache", NO_KV_MEMORY, figures)
+    log.info("Model %s as %s: %d layers, %.2f B parameters; %s TP=%d PP=%d over %s", model, arch.name, arch.num_layers,
+             arch.num_parameters / 1e9, gpu.display_name, tp, pp, interconnect)
+    fp8 = weight_dtype == "fp8"
+    hardware = Hardware.from_gpu(gpu, interconnect, fp8_compute=fp8, inter_node_gbps=opts["inter_node_gbps"])
+    deployment = Deployment(tensor_parallel=tp, pipeline_parallel=pp, weight_bytes_per_gpu=est.weights_bytes_per_gpu,
+                            kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
+                            activation_bytes=4 if weight_dtype == "float32" else 2, enforce_eager=opts["enforce_eager"])
+    perf = PerfModel(shape_from_architecture(arch), hardware, deployment, load_calibration())
     # vllm:cache_config_info's labels as vLLM 0.24 writes them (tests/data/vllm/8b-tp1-cache-config-info-mns128.txt).
     # Prefix caching is vLLM's default (on); the simulator serves no prompt twice from cache.
     pool = num_blocks * block
@@ -337,4 +348,5 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
         truth_log=opts["truth_log"], hostname=os.environ.get("NODE_NAME") or socket.gethostname(),
         pod=os.environ.get("POD_NAME") or None, namespace=os.environ.get("POD_NAMESPACE") or None,
         container=os.environ.get("CONTAINER_NAME") or None, fail_fraction=opts["fail_fraction"],
+        startup=figures,
     )

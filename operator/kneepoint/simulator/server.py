@@ -18,7 +18,7 @@ import os
 import random
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from aiohttp import web
@@ -26,6 +26,7 @@ from aiohttp import web
 from kneepoint.core.gpus import GpuType
 from kneepoint.simulator.dcgm_metrics import DcgmMetrics
 from kneepoint.simulator.perf_model import PerfModel
+from kneepoint.simulator.startup import StartupFigures, run_startup
 from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig, SimRequest, StepOutcome
 from kneepoint.simulator.telemetry import Telemetry
 from kneepoint.simulator.tokens import (
@@ -80,6 +81,8 @@ class SimulatorSettings:
     container: str | None = None
     fail_fraction: float = 0.0
     """Share of completion requests answered with HTTP 500 (fault injection; 0 = none)."""
+    startup: StartupFigures | None = None
+    """The numbers of vLLM's start-up lines (``startup``); None prints none."""
 
     @property
     def model_name(self) -> str:
@@ -669,17 +672,17 @@ async def serve_forever(settings: SimulatorSettings) -> None:
     log.info("Starting vLLM API server (kneepoint sim) on http://%s:%d", settings.host, settings.port)
     if settings.dcgm_port:
         log.info("DCGM-style metrics on http://%s:%d/metrics", settings.host, settings.dcgm_port)
-    if settings.model_load_seconds > 0:
-        # A signal during the load ends the process at once, as it ends vLLM's: waiting out
-        # the load would keep a deleted pod's engine (and its GPUs) alive that long.
+    # A signal during the load ends the process at once, as it ends vLLM's: waiting out the load
+    # would keep a deleted pod's engine (and its GPUs) alive that long.
+    if settings.startup is not None:
+        loaded = await run_startup(replace(settings.startup, load_seconds=settings.model_load_seconds), done)
+    else:
         try:
             await asyncio.wait_for(done.wait(), settings.model_load_seconds)
         except asyncio.TimeoutError:
             pass
-    if not done.is_set():
-        log.info("Model loading took %.2f GiB memory and %.6f seconds", settings.weights_bytes_per_gpu / 1024**3,
-                 settings.model_load_seconds)
-        log.info("Application startup complete.")
+        loaded = not done.is_set()
+    if loaded:
         await done.wait()
     log.info("Shutting down (pid %d)", os.getpid())
     await stop(engine, runners, task)

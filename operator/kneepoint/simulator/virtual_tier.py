@@ -51,6 +51,7 @@ from kneepoint.loadgen.summary import ClientLoad, build_summary, rfc3339, select
 from kneepoint.loadgen.workload import build_prompt, build_request_body
 from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig, SimRequest
 from kneepoint.simulator.server import SimulatorSettings
+from kneepoint.simulator.startup import EXIT_REFUSED, EngineRefusal
 from kneepoint.simulator.tokens import count_chat_prompt, count_completion_prompt
 
 # The operator runs its load-test Jobs with --max-error-fraction 1.0 and judges errors itself.
@@ -103,6 +104,8 @@ def start_engine(args: Sequence[str]) -> EngineStart:
             if not model:
                 sim_command.fail("--model", "required (a model name or path, as vllm serve takes it)")
             settings = sim_command.build_settings(model, params)
+    except EngineRefusal as refusal:
+        return EngineStart(None, EXIT_REFUSED, refusal.root_cause)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
         line = stderr.getvalue().strip()

@@ -70,8 +70,9 @@ def test_exit_codes_and_reasons() -> None:
     assert exit_code_of(-9) == 137 and exit_code_of(-15) == 143 and exit_code_of(3) == 3
     assert signal_name(137) == "SIGKILL" and signal_name(1) == ""
     assert termination_reason(0, "CUDA out of memory") == "Completed"
-    assert termination_reason(1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate") == "OOMKilled"
-    assert termination_reason(1, "ValueError: No available memory for the cache blocks.") == "OOMKilled"
+    # As a real kubelet: vLLM refusing to start for want of memory is an ordinary Error (the log says why).
+    assert termination_reason(1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate") == "Error"
+    assert termination_reason(1, "ValueError: No available memory for the cache blocks.") == "Error"
     assert termination_reason(1, "Traceback: boom") == "Error"
 
 

@@ -21,7 +21,8 @@ def settings(args: list[str]):
 
 
 def invoke(args: list[str], env: dict[str, str] | None = None):
-    return CliRunner().invoke(command, args, env=env)
+    # A refusal unfolds over the model-load time as vLLM's does (startup.py): none here.
+    return CliRunner().invoke(command, args, env={"KNEEPOINT_SIM_MODEL_LOAD_SECONDS": "0", **(env or {})})
 
 
 def test_70b_on_one_h200_at_090_is_refused_like_vllm() -> None:
