@@ -46,7 +46,7 @@ COLLECTIVE_KERNEL = re.compile(
 )
 # File name of a rank's trace as vLLM writes it; the rank is read from it when the trace's
 # distributedInfo does not say.
-RANK_IN_NAME = re.compile(r"rank(\d+)")
+RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)")
 TRACE_FILE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
 
 _CHUNK = 1 << 20
@@ -72,6 +72,8 @@ class RankTrace:
     step_durations_us: tuple[float, ...]
     collective_us: tuple[float, ...]
     kernels: int
+    world_size: int | None = None
+    """Ranks of the engine (the trace's distributedInfo.world_size), when the trace says."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,7 @@ def read_rank_trace(text: IO[str], source: str, default_rank: int) -> RankTrace:
     """One rank's steps and their collective time from a trace stream."""
     stream = _Stream(text, source)
     rank: int | None = None
+    world: int | None = None
     saw_events = False
     steps: list[tuple[float, float, Any]] = []  # (start, duration, device)
     collectives: dict[Any, list[tuple[float, float]]] = {}
@@ -229,6 +232,7 @@ def read_rank_trace(text: IO[str], source: str, default_rank: int) -> RankTrace:
         for key, value in stream.top_level():
             if key == "distributedInfo" and isinstance(value, dict) and isinstance(value.get("rank"), int):
                 rank = value["rank"]
+                world = value.get("world_size") if isinstance(value.get("world_size"), int) else None
             if key != "traceEvents":
                 continue
             saw_events = True
@@ -271,6 +275,7 @@ def read_rank_trace(text: IO[str], source: str, default_rank: int) -> RankTrace:
         step_durations_us=tuple(s[1] for s in steps),
         collective_us=collective,
         kernels=kernels,
+        world_size=world,
     )
 
 

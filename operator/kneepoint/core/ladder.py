@@ -700,7 +700,8 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
         p.requeue(min(30.0, max(p.settings.poll_seconds, since_end / 4)))
         return
 
-    all_metrics = ("DCGM_FI_DEV_FB_USED", "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "DCGM_FI_DEV_GPU_UTIL", "kneepoint_sim_comm_fraction")
+    all_metrics = ("DCGM_FI_DEV_FB_USED", "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "DCGM_FI_DEV_GPU_UTIL", "kneepoint_comm_fraction",
+                   "kneepoint_rank_skew_fraction")
     missing = tuple(all_metrics) if (window is None or window.error) else window.missing
     est = _estimate(p.spec, p.obs, tier) if (p.obs.architecture is not None and p.obs.gpu is not None) else None
     peak_needed = None
@@ -718,6 +719,7 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
         gpu_utilization=round(ok_window.gpu_utilization, 3) if ok_window and ok_window.gpu_utilization is not None else None,
         nvlink_bytes_per_second=ok_window.nvlink_bytes_per_second if ok_window else None,
         comm_fraction=round(ok_window.comm_fraction, 4) if ok_window and ok_window.comm_fraction is not None else None,
+        rank_skew_fraction=round(ok_window.rank_skew_fraction, 4) if ok_window and ok_window.rank_skew_fraction is not None else None,
         missing_metrics=missing or None,
     )
     if missing and ok_window is None:
@@ -746,7 +748,8 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
         reasons.TIER_MEASURED,
         f"{tier.label} measured: {measured.output_tokens_per_second or 0:.0f} tok/s, P99 {measured.latency_p99_ms or 0:.0f} ms, "
         f"needed {measured.peak_memory_gi_b if measured.peak_memory_gi_b is not None else '?'} GiB/GPU, "
-        f"comm {measured.comm_fraction if measured.comm_fraction is not None else 'n/a'}",
+        f"comm {measured.comm_fraction if measured.comm_fraction is not None else 'n/a'}, "
+        f"rank skew {measured.rank_skew_fraction if measured.rank_skew_fraction is not None else 'n/a'}",
     )
     _decide_or_continue(p)
 

@@ -157,6 +157,9 @@ class MetricWindow:
     """Mean DCGM GPU utilisation, 0-1."""
     nvlink_bytes_per_second: float | None = None
     comm_fraction: float | None = None
+    """commFraction of the profiled slice (the trace sidecar's gauge, docs/trace.md)."""
+    rank_skew_fraction: float | None = None
+    """rankSkewFraction of the same slice."""
     missing: tuple[str, ...] = ()
     """Metric names that returned no series."""
     error: str | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from prometheus_api_client import PrometheusConnect
@@ -32,10 +33,11 @@ def _scalar(result: list[dict[str, Any]]) -> float | None:
 class PrometheusReader:
     """One reader per Prometheus URL."""
 
-    def __init__(self, url: str, timeout_seconds: float = 10.0, scrape_interval_seconds: float = 15.0):
+    def __init__(self, url: str, timeout_seconds: float = 10.0, scrape_interval_seconds: float = 15.0, clock=time.time):
         self.url = url
         self.timeout = timeout_seconds
         self.scrape_interval = scrape_interval_seconds
+        self._clock = clock
         # No client-side retries: the ladder retries on its own schedule (and says so in a
         # condition); the client's default 3 retries with back-off cost ~6 s per refused pass.
         self._prom = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0, connect=0, read=0, status=0))
@@ -43,21 +45,32 @@ class PrometheusReader:
     def _query(self, expr: str, at: float) -> list[dict[str, Any]]:
         return self._prom.custom_query(query=expr, params={"time": f"{at:.3f}", "timeout": f"{self.timeout:.0f}s"})
 
-    async def window(self, namespace: str, pod_prefix: str, start: float, end: float) -> MetricWindow:
-        """Query every tier metric over [start, end]; never raises (errors land in ``error``)."""
+    async def window(self, namespace: str, pod_prefix: str, start: float, end: float, traced: bool = True) -> MetricWindow:
+        """Query every tier metric over [start, end]; never raises (errors land in ``error``).
+
+        ``traced``: the engine pod profiles a slice and runs the trace sidecar (single-node
+        tiers); without it the trace figures are optional (absent, never waited for).
+        """
         seconds = promql.range_seconds(start, end, self.scrape_interval)
         queries = promql.window_queries(namespace, pod_prefix, seconds)
+        # The trace sidecar publishes after the profiled slice at the test's end: read it now,
+        # over a range back to the test's start.
+        now = max(end, self._clock())
+        traced = promql.trace_queries(namespace, pod_prefix, promql.range_seconds(start, now, self.scrape_interval))
         values: dict[str, float | None] = {}
         try:
             for q in queries:
                 values[q.name] = _scalar(await asyncio.to_thread(self._query, q.expr, end))
+            for q in traced:
+                values[q.name] = _scalar(await asyncio.to_thread(self._query, q.expr, now))
         except Exception as exc:  # connection refused, timeouts, HTTP errors: all mean "not now"
             log.warning("Prometheus at %s failed: %s", self.url, exc)
             return MetricWindow(error=f"{type(exc).__name__}: {exc}"[:300])
-        # The comm-fraction gauge exists only where something exports it (the simulator), and
         # NVLink byte counters are not in dcgm-exporter's default CSV: their absence is
-        # reported per tier but never delays the ladder.
-        optional = (promql.COMM_FRACTION, promql.NVLINK_TX)
+        # reported per tier but never delays the ladder. The trace figures are required: the
+        # ladder waits for them up to its metrics deadline (the sidecar publishes after the
+        # load test's profiled slice), then records the tier without them.
+        optional = (promql.NVLINK_TX,) if traced else (promql.NVLINK_TX, promql.COMM_FRACTION, promql.RANK_SKEW_FRACTION)
         required = [n for n in values if n not in optional]
         missing = tuple(n for n in required if values[n] is None)
         fb = values[promql.FB_USED]
@@ -70,5 +83,6 @@ class PrometheusReader:
             gpu_utilization=util / 100.0 if util is not None else None,
             nvlink_bytes_per_second=values[promql.NVLINK_TX],
             comm_fraction=values[promql.COMM_FRACTION],
+            rank_skew_fraction=values[promql.RANK_SKEW_FRACTION],
             missing=missing,
         )

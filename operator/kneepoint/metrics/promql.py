@@ -19,7 +19,12 @@ GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
 NVLINK_TX = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # bytes/s
 KV_USAGE = "vllm:kv_cache_usage_perc"  # fraction 0-1
 PREEMPTIONS = "vllm:num_preemptions_total"  # counter
-COMM_FRACTION = "kneepoint_sim_comm_fraction"  # simulator-only gauge (CONTRACTS C)
+# Exported by the engine pod's trace sidecar (`kneepoint trace --watch`, docs/trace.md) from
+# the profiled slice's torch-profiler traces: vLLM and the simulator alike.
+COMM_FRACTION = "kneepoint_comm_fraction"  # gauge 0-1: median smallest-rank collective time / step time
+RANK_SKEW_FRACTION = "kneepoint_rank_skew_fraction"  # gauge 0-1: median (largest - smallest) / step time
+TRACE_STEPS = "kneepoint_trace_steps"  # gauge: steps in the last analysed slice
+TRACE_SLICES = "kneepoint_trace_slices"  # counter (exposed with _total): slices analysed
 
 
 @dataclass(frozen=True)
@@ -62,5 +67,18 @@ def window_queries(namespace: str, pod_prefix: str, seconds: int) -> list[Window
         WindowQuery(PREEMPTIONS, f"sum({_both(PREEMPTIONS, '(max_over_time({m}' + r + ') - min_over_time({m}' + r + '))', sel)})"),
         WindowQuery(GPU_UTIL, f"avg({_both(GPU_UTIL, 'avg_over_time({m}' + r + ')', sel)})"),
         WindowQuery(NVLINK_TX, f"avg({_both(NVLINK_TX, 'avg_over_time({m}' + r + ')', sel)})"),
-        WindowQuery(COMM_FRACTION, f"avg({_both(COMM_FRACTION, 'avg_over_time({m}' + r + ')', sel)})"),
+    ]
+
+
+def trace_queries(namespace: str, pod_prefix: str, seconds: int) -> list[WindowQuery]:
+    """The trace sidecar's figures for one tier: the last value published in the window.
+
+    The profiled slice runs at the end of the load test, and the sidecar publishes once the
+    traces are written and read, so these are evaluated at query time over a range reaching
+    back to the load test's start (``PrometheusReader.window``), not at the test's end.
+    """
+    sel = pod_selectors(namespace, pod_prefix)[:1]  # the sidecar is scraped like vLLM: pod/namespace target labels
+    r = f"[{seconds}s]"
+    return [
+        WindowQuery(name, f"max(last_over_time({name}{{{sel[0]}}}{r}))") for name in (COMM_FRACTION, RANK_SKEW_FRACTION)
     ]

@@ -217,9 +217,8 @@ class Engine:
         return self._loop.time() >= self.ready_at
 
     def _gauges(self) -> dict[str, float]:
-        now = self._loop.time()
         return {"running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
-                "kv_cache_usage": self.scheduler.kv_cache_usage, "comm_fraction": self.telemetry.comm_fraction(now)}
+                "kv_cache_usage": self.scheduler.kv_cache_usage}
 
     def memory_used_bytes(self) -> float:
         """Framebuffer held per GPU: weights arrive during the load, then the whole budget is taken."""

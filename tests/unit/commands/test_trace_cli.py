@@ -35,3 +35,31 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         assert result.exit_code == 2, (args, result.output)
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("kneepoint trace: error: "), (args, result.output)
+
+
+def test_the_sidecar_waits_for_every_rank_then_reads_the_slice_and_clears_it(tmp_path: Path) -> None:
+    from kneepoint.commands.trace import TraceWatcher
+    from kneepoint.simulator import profiler as sp
+
+    steps = [sp.ProfiledStep(10.0 + i * 0.02, 0.010, 0.002, 0, 0, 16) for i in range(20)]
+    docs = sp.rank_documents(steps, 2, 1, "pcie", "NVIDIA L40S", 48 * 10**9, seed=3, base_time_ns=0)
+    watcher = TraceWatcher(tmp_path)
+    sp.write_traces(str(tmp_path), docs[:1], 2, use_gzip=True)
+    assert watcher.poll() is None and watcher.poll() is None  # rank 1 of 2 is not there yet
+    (tmp_path / "dp0_pp0_tp1_dcp0_ep0_rank1.5.pt.trace.json.gz").write_bytes(b"\x1f\x8b partial")  # being written
+    assert watcher.poll() is None
+    (tmp_path / "dp0_pp0_tp1_dcp0_ep0_rank1.5.pt.trace.json.gz").unlink()
+    sp.write_traces(str(tmp_path), docs[1:], 2, use_gzip=True)
+    assert watcher.poll() is None  # first sight: the file may still grow
+    figures = watcher.poll()
+    assert figures is not None and (figures.ranks, figures.steps) == (2, 20)
+    assert abs(figures.comm_fraction - 0.2) < 1e-6 and figures.rank_skew_fraction > 0
+    assert not list(tmp_path.iterdir())  # read slices are deleted: the emptyDir stays small
+    assert watcher.poll() is None
+
+
+def test_watch_needs_a_metrics_address() -> None:
+    result = CliRunner().invoke(cli, ["trace", "--watch", "/tmp/x"])
+    assert result.exit_code == 2 and "--serve-metrics: required with --watch" in result.output
+    result = CliRunner().invoke(cli, ["trace", "--watch", "/tmp/x", "--serve-metrics", "nope"])
+    assert result.exit_code == 2 and "expected HOST:PORT or :PORT" in result.output
