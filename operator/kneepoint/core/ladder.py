@@ -43,6 +43,7 @@ from kneepoint.core.observations import (
     START_UNSCHEDULABLE,
     Observations,
 )
+from kneepoint.core.rank_balance import rank_balance
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import (
     TIER_COLLECTING,
@@ -709,6 +710,7 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
         usage = min(1.0, max(0.0, window.peak_kv_cache_usage))
         peak_needed = est.needed_bytes_at_kv_usage(usage) / GIB
     ok_window = window if (window is not None and not window.error) else None
+    balance = rank_balance(ok_window.gpu_utilization_by_gpu, ok_window.fb_used_gib_by_gpu, ok_window.rank_skew_fraction) if ok_window else None
     measured = replace(
         current,
         phase=TIER_MEASURED,
@@ -720,6 +722,10 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
         nvlink_bytes_per_second=ok_window.nvlink_bytes_per_second if ok_window else None,
         comm_fraction=round(ok_window.comm_fraction, 4) if ok_window and ok_window.comm_fraction is not None else None,
         rank_skew_fraction=round(ok_window.rank_skew_fraction, 4) if ok_window and ok_window.rank_skew_fraction is not None else None,
+        pcie_bytes_per_second=ok_window.pcie_bytes_per_second if ok_window else None,
+        gpu_utilization_spread=balance.utilization_spread if balance else None,
+        memory_spread_gi_b=balance.memory_spread_gib if balance else None,
+        findings=(balance.finding,) if balance and balance.finding else None,
         missing_metrics=missing or None,
     )
     if missing and ok_window is None:
@@ -744,6 +750,8 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
     else:
         p.condition(reasons.METRICS_AVAILABLE, "True", reasons.METRICS_COLLECTED, f"{tier.label}: all metrics collected.")
     _close_tier(p, measured, teardown=True)
+    if balance is not None and balance.finding:
+        p.event(reasons.SPLIT_NOT_EFFECTIVE, f"{tier.label}: {balance.finding}", warning=True)
     p.event(
         reasons.TIER_MEASURED,
         f"{tier.label} measured: {measured.output_tokens_per_second or 0:.0f} tok/s, P99 {measured.latency_p99_ms or 0:.0f} ms, "

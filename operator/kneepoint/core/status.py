@@ -109,6 +109,22 @@ class TierResult:
         "(largest - smallest rank's collective time) / step time, from the same traces.",
         default=None,
     )
+    pcie_bytes_per_second: float | None = api_field(
+        "Mean PCIe traffic per GPU (transmitted + received), bytes/s, from DCGM_FI_PROF_PCIE_TX_BYTES / RX_BYTES.", default=None
+    )
+    gpu_utilization_spread: float | None = api_field(
+        "Largest minus smallest mean GPU utilisation over the tier's GPUs, 0-1 (DCGM per GPU).", default=None
+    )
+    memory_spread_gi_b: float | None = api_field(
+        "Largest minus smallest peak framebuffer use over the tier's GPUs, GiB (DCGM per GPU).",
+        default=None,
+        json_name="memorySpreadGiB",
+    )
+    findings: tuple[str, ...] | None = api_field(
+        "What the measurements say beyond the stop rules, e.g. that the parallel split is not effective "
+        "(the TP group's GPUs differ in utilisation or memory beyond the limit).",
+        default=None,
+    )
     throughput_gain: float | None = api_field("ΔT against the previous measured tier.", default=None)
     p99_change: float | None = api_field("ΔP (P99 latency) against the previous measured tier.", default=None)
     cost_per_million_tokens: float | None = api_field("GPU cost per million output tokens.", default=None)

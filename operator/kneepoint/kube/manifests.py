@@ -31,8 +31,10 @@ PROFILES_VOLUME = "profiles"
 PROFILES_DIR = "/var/run/kneepoint/profiles"
 PROFILE_MAX_ITERATIONS = 64
 """Engine steps one profiled slice records at most: vLLM stalls while writing them (docs/trace.md)."""
-PROFILE_SECONDS = 2.0
-"""Seconds of the load test's unmeasured profiled phase (loadgen --profile-seconds)."""
+PROFILE_SECONDS = 10.0
+"""Upper bound of the profiled slice (loadgen --profile-seconds); the engine stops by itself after
+PROFILE_MAX_ITERATIONS steps, which is what normally ends it. A slice of a few seconds catches only
+the prefill burst at the start of a closed-loop wave (7 steps of 261 ms for the PCIe example)."""
 
 
 @dataclass(frozen=True)

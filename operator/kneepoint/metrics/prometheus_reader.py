@@ -30,6 +30,23 @@ def _scalar(result: list[dict[str, Any]]) -> float | None:
     return None
 
 
+def _sum_present(*values: float | None) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def _vector(result: list[dict[str, Any]]) -> tuple[float, ...]:
+    """Every series' value of an instant-vector result, ordered by the series' gpu label."""
+    values = []
+    for series in result:
+        value = series.get("value")
+        try:
+            values.append((str((series.get("metric") or {}).get("gpu", "")), float(value[1])))
+        except (TypeError, ValueError, IndexError):
+            continue
+    return tuple(v for _, v in sorted(values))
+
+
 class PrometheusReader:
     """One reader per Prometheus URL."""
 
@@ -56,13 +73,20 @@ class PrometheusReader:
         # The trace sidecar publishes after the profiled slice at the test's end: read it now,
         # over a range back to the test's start.
         now = max(end, self._clock())
-        traced = promql.trace_queries(namespace, pod_prefix, promql.range_seconds(start, now, self.scrape_interval))
+        trace_queries = promql.trace_queries(namespace, pod_prefix, promql.range_seconds(start, now, self.scrape_interval))
         values: dict[str, float | None] = {}
         try:
             for q in queries:
                 values[q.name] = _scalar(await asyncio.to_thread(self._query, q.expr, end))
-            for q in traced:
+            for q in trace_queries:
                 values[q.name] = _scalar(await asyncio.to_thread(self._query, q.expr, now))
+            per_gpu: dict[str, tuple[float, ...]] = {}
+            for q in promql.per_gpu_queries(namespace, pod_prefix, seconds):
+                result = await asyncio.to_thread(self._query, q.expr, end)
+                if q.name in (promql.PCIE_TX, promql.PCIE_RX):
+                    values[q.name] = _scalar(result)
+                else:
+                    per_gpu[q.name] = _vector(result)
         except Exception as exc:  # connection refused, timeouts, HTTP errors: all mean "not now"
             log.warning("Prometheus at %s failed: %s", self.url, exc)
             return MetricWindow(error=f"{type(exc).__name__}: {exc}"[:300])
@@ -70,7 +94,9 @@ class PrometheusReader:
         # reported per tier but never delays the ladder. The trace figures are required: the
         # ladder waits for them up to its metrics deadline (the sidecar publishes after the
         # load test's profiled slice), then records the tier without them.
-        optional = (promql.NVLINK_TX,) if traced else (promql.NVLINK_TX, promql.COMM_FRACTION, promql.RANK_SKEW_FRACTION)
+        optional = (promql.NVLINK_TX, promql.PCIE_TX, promql.PCIE_RX)
+        if not traced:
+            optional += (promql.COMM_FRACTION, promql.RANK_SKEW_FRACTION)
         required = [n for n in values if n not in optional]
         missing = tuple(n for n in required if values[n] is None)
         fb = values[promql.FB_USED]
@@ -84,5 +110,8 @@ class PrometheusReader:
             nvlink_bytes_per_second=values[promql.NVLINK_TX],
             comm_fraction=values[promql.COMM_FRACTION],
             rank_skew_fraction=values[promql.RANK_SKEW_FRACTION],
+            fb_used_gib_by_gpu=tuple(v * MIB / GIB for v in per_gpu.get(promql.FB_USED_BY_GPU, ())),
+            gpu_utilization_by_gpu=tuple(v / 100.0 for v in per_gpu.get(promql.GPU_UTIL_BY_GPU, ())),
+            pcie_bytes_per_second=_sum_present(values[promql.PCIE_TX], values[promql.PCIE_RX]),
             missing=missing,
         )

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 # Metric names (kept in one place; the simulator exports the same names).
 FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
-NVLINK_TX = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # bytes/s
+NVLINK_TX = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # bytes/s (a profiling field dcgm-exporter ships commented out)
+PCIE_TX = "DCGM_FI_PROF_PCIE_TX_BYTES"  # bytes/s, in dcgm-exporter's default counters
+PCIE_RX = "DCGM_FI_PROF_PCIE_RX_BYTES"  # bytes/s
 KV_USAGE = "vllm:kv_cache_usage_perc"  # fraction 0-1
 PREEMPTIONS = "vllm:num_preemptions_total"  # counter
 # Exported by the engine pod's trace sidecar (`kneepoint trace --watch`, docs/trace.md) from
@@ -67,6 +69,24 @@ def window_queries(namespace: str, pod_prefix: str, seconds: int) -> list[Window
         WindowQuery(PREEMPTIONS, f"sum({_both(PREEMPTIONS, '(max_over_time({m}' + r + ') - min_over_time({m}' + r + '))', sel)})"),
         WindowQuery(GPU_UTIL, f"avg({_both(GPU_UTIL, 'avg_over_time({m}' + r + ')', sel)})"),
         WindowQuery(NVLINK_TX, f"avg({_both(NVLINK_TX, 'avg_over_time({m}' + r + ')', sel)})"),
+    ]
+
+
+# Names of the per-GPU queries (one series per GPU of the tier; not metric names).
+FB_USED_BY_GPU = FB_USED + " by gpu"
+GPU_UTIL_BY_GPU = GPU_UTIL + " by gpu"
+
+
+def per_gpu_queries(namespace: str, pod_prefix: str, seconds: int) -> list[WindowQuery]:
+    """The tier's GPUs one by one (dcgm-exporter's ``gpu`` and ``UUID`` labels): peak framebuffer
+    and mean utilisation per GPU, for the rank-balance check; and PCIe bytes/s per GPU (mean)."""
+    sel = pod_selectors(namespace, pod_prefix)
+    r = f"[{seconds}s]"
+    return [
+        WindowQuery(FB_USED_BY_GPU, f"max by (gpu, UUID) ({_both(FB_USED, 'max_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(GPU_UTIL_BY_GPU, f"avg by (gpu, UUID) ({_both(GPU_UTIL, 'avg_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(PCIE_TX, f"avg({_both(PCIE_TX, 'avg_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(PCIE_RX, f"avg({_both(PCIE_RX, 'avg_over_time({m}' + r + ')', sel)})"),
     ]
 
 

@@ -143,4 +143,4 @@ def test_engine_profiles_into_a_shared_emptydir_read_by_the_trace_sidecar(mode):
     assert "nvidia.com/gpu" not in json.dumps(sidecar["resources"])  # the GPUs are the engine's alone
     job = manifests.build_load_test_job(spec(mode=mode), OWNER, Tier(2, 1), 1, CTX)
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--profile-seconds") + 1] == "2"
+    assert args[args.index("--profile-seconds") + 1] == "10"
