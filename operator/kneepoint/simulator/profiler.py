@@ -252,12 +252,16 @@ class SimProfiler:
             self._steps = []
             self._engine_free.clear()  # the engine writes before its next step, as vLLM's does
 
-    async def engine_turn(self) -> None:
-        """Awaited by the engine loop before each step: writes a pending trace, holding the engine."""
+    async def engine_turn(self) -> bool:
+        """Awaited by the engine loop before each step: writes a pending trace, holding the engine.
+
+        True when the engine was held (its pacing restarts instead of counting the stall as lag)."""
+        held = self._pending is not None or not self._engine_free.is_set()
         if self._pending is not None:
             steps, self._pending = self._pending, None
             await self._write(steps)
         await self._engine_free.wait()
+        return held
 
     async def stop(self) -> None:
         """``/stop_profile``: write the traces; returns once written (the engine is held meanwhile)."""

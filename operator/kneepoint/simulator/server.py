@@ -279,8 +279,8 @@ class Engine:
         ideal: float | None = None  # the pacing timeline; None while idle
         last_flush = loop.time()
         while not self._stopping:
-            if self.profiler is not None:
-                await self.profiler.engine_turn()
+            if self.profiler is not None and await self.profiler.engine_turn():
+                ideal = None  # the profiler held the engine (writing traces): not lag
             if not self.scheduler.has_work:
                 ideal = None
                 self._wake.clear()

@@ -115,3 +115,21 @@ async def test_without_a_profiler_config_the_routes_do_not_exist() -> None:
                 assert resp.status == 404
     finally:
         await stop(engine, runners, task)
+
+
+async def test_the_stall_at_stop_holds_the_engine_and_is_not_counted_as_lag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sp, "STOP_SECONDS_PER_STEP_LAYER", 0.3 / (20 * 32))  # 20 steps of a 32-layer model: 0.3 s
+    settings = make_settings("--profiler-config", f'{{"profiler":"torch","torch_profiler_dir":"{tmp_path}","max_iterations":20}}')
+    engine, runners, task = await start(settings)
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{settings.port}") as session:
+            async with session.post("/start_profile") as resp:
+                assert resp.status == 200
+            await _complete(session, 4)
+            async with session.post("/stop_profile") as resp:
+                assert resp.status == 200
+    finally:
+        await stop(engine, runners, task)
+    assert len(list(tmp_path.glob("*.pt.trace.json.gz"))) == 2  # written when max_iterations was reached
+    # Counted as lag, the 0.3 s hold would show as at least 0.25 s (lag starts 50 ms behind).
+    assert engine.lag_seconds_total < 0.25
