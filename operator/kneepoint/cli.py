@@ -25,6 +25,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("kneepoint.commands.report", "Report an experiment: tables, comparison blocks and a PNG chart."),
     "sandbox": ("kneepoint.sandbox.command", "Run a local Kubernetes control plane with simulated GPU nodes."),
     "sim": ("kneepoint.simulator.command", "Serve a vLLM-compatible engine simulator (no GPU needed)."),
+    "trace": ("kneepoint.commands.trace", "Collective share and rank skew from an engine's torch-profiler traces."),
 }
 
 

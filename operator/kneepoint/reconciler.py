@@ -673,7 +673,7 @@ class Reconciler:
         reader = self._prometheus.get(url)
         if reader is None:
             reader = self._prometheus[url] = self._prometheus_factory(url, self.settings.prometheus_scrape_interval_seconds)
-        return await reader.window(namespace, naming.engine_name(name, tier), start, end)
+        return await reader.window(namespace, naming.engine_name(name, tier), start, end, traced=not current.multi_node)
 
     # ------------------------------------------------------------------ apply
     async def _ensure_group(

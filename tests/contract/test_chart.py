@@ -24,7 +24,7 @@ from chart_render import (
     run_helm,
 )
 
-from kneepoint.kube import manifests
+from kneepoint.kube import manifests, naming
 from kneepoint.nodeprobe import daemonset as probe
 from kneepoint.settings import OperatorSettings
 
@@ -383,10 +383,12 @@ def test_engine_pod_monitor_selects_engines_by_the_operators_labels(helm: Path, 
     monitor = _one(docs, "PodMonitor")["spec"]
     assert monitor["selector"] == {"matchLabels": {"kneepoint.io/role": "engine"}}
     assert monitor["namespaceSelector"] == {"matchNames": ["team-a"]}
-    (endpoint,) = monitor["podMetricsEndpoints"]
+    endpoint, trace = monitor["podMetricsEndpoints"]
     assert endpoint["port"] == manifests.ENGINE_PORT_NAME
-    targets = {r["targetLabel"] for r in endpoint["relabelings"]}
-    assert {"experiment", "tier"} <= targets
+    assert trace["port"] == naming.TRACE_PORT_NAME  # the trace sidecar's gauges (docs/trace.md)
+    for e in (endpoint, trace):
+        targets = {r["targetLabel"] for r in e["relabelings"]}
+        assert {"experiment", "tier"} <= targets
 
 
 def test_dcgm_service_monitor_keeps_exporter_labels_as_exported(helm: Path, tmp_path: Path) -> None:

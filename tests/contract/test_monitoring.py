@@ -264,7 +264,7 @@ def pods() -> dict[str, tuple[dict[str, Any], str]]:
 
 def test_scrape_jobs_are_kubernetes_pod_discovery() -> None:
     names = [j["job_name"] for j in SCRAPE["scrape_configs"]]
-    assert names == ["kneepoint-engines", "dcgm-exporter", "kneepoint-sim-dcgm", "kneepoint-operator"]
+    assert names == ["kneepoint-engines", "kneepoint-trace", "dcgm-exporter", "kneepoint-sim-dcgm", "kneepoint-operator"]
     for job in SCRAPE["scrape_configs"]:
         assert job["kubernetes_sd_configs"] == [{"role": "pod"}]
         for rule in job["relabel_configs"]:
@@ -288,6 +288,17 @@ def test_operator_queries_select_what_the_engine_job_labels(pods: dict[str, tupl
     assert target["namespace"] == matchers["namespace"]
     # PromQL string escaping doubles backslashes; the regex is what is inside.
     assert re.fullmatch(matchers["pod"].replace("\\\\", "\\"), target["pod"])
+
+
+def test_trace_job_keeps_the_engine_pods_sidecar_under_the_labels_the_operator_selects(pods: dict[str, tuple[dict[str, Any], str]]) -> None:
+    targets = _targets("kneepoint-trace", list(pods.values()))
+    assert len(targets) == 2, "one trace target per engine pod (Measure and Simulate)"
+    for target in targets:
+        assert target["container"] == manifests.TRACE_CONTAINER and target["__address__"].endswith(f":{manifests.TRACE_PORT}")
+        sd_selector = promql.trace_queries("llm", naming.engine_name("llama-8b-h200", Tier(2, 1)), 60)[0].expr
+        matchers = dict(re.findall(r'(\w+)=~?"([^"]*)"', sd_selector))
+        assert target["namespace"] == matchers["namespace"]
+        assert re.fullmatch(matchers["pod"].replace("\\\\", "\\"), target["pod"])
 
 
 def test_dcgm_job_keeps_only_the_exporter_and_renames_its_pod_labels(pods: dict[str, tuple[dict[str, Any], str]]) -> None:

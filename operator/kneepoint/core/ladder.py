@@ -44,6 +44,7 @@ from kneepoint.core.observations import (
     START_UNSCHEDULABLE,
     Observations,
 )
+from kneepoint.core.rank_balance import rank_balance
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import (
     PEAK_MEMORY_FROM_ESTIMATE,
@@ -785,11 +786,13 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
         p.requeue(min(30.0, max(p.settings.poll_seconds, since_end / 4)))
         return
 
-    all_metrics = ("DCGM_FI_DEV_FB_USED", "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "DCGM_FI_DEV_GPU_UTIL", "kneepoint_sim_comm_fraction")
+    all_metrics = ("DCGM_FI_DEV_FB_USED", "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "DCGM_FI_DEV_GPU_UTIL", "kneepoint_comm_fraction",
+                   "kneepoint_rank_skew_fraction")
     missing = tuple(all_metrics) if (window is None or window.error) else window.missing
     gpu = tier_gpu(p.obs, current)
     est = _estimate(p.spec, p.obs, tier, gpu) if (p.obs.architecture is not None and gpu is not None) else None
     ok_window = window if (window is not None and not window.error) else None
+    balance = rank_balance(ok_window.gpu_utilization_by_gpu, ok_window.fb_used_gib_by_gpu, ok_window.rank_skew_fraction) if ok_window else None
     measured = replace(
         current,
         phase=TIER_MEASURED,
@@ -800,6 +803,11 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
         gpu_utilization=round(ok_window.gpu_utilization, 3) if ok_window and ok_window.gpu_utilization is not None else None,
         nvlink_bytes_per_second=ok_window.nvlink_bytes_per_second if ok_window else None,
         comm_fraction=round(ok_window.comm_fraction, 4) if ok_window and ok_window.comm_fraction is not None else None,
+        rank_skew_fraction=round(ok_window.rank_skew_fraction, 4) if ok_window and ok_window.rank_skew_fraction is not None else None,
+        pcie_bytes_per_second=ok_window.pcie_bytes_per_second if ok_window else None,
+        gpu_utilization_spread=balance.utilization_spread if balance else None,
+        memory_spread_gi_b=balance.memory_spread_gib if balance else None,
+        findings=(balance.finding,) if balance and balance.finding else None,
         missing_metrics=missing or None,
     )
     if missing and ok_window is None:
@@ -824,11 +832,14 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
     else:
         p.condition(reasons.METRICS_AVAILABLE, "True", reasons.METRICS_COLLECTED, f"{tier.label}: all metrics collected.")
     _close_tier(p, measured, teardown=True)
+    if balance is not None and balance.finding:
+        p.event(reasons.SPLIT_NOT_EFFECTIVE, f"{tier.label}: {balance.finding}", warning=True)
     p.event(
         reasons.TIER_MEASURED,
         f"{tier.label} measured: {measured.output_tokens_per_second or 0:.0f} tok/s, P99 {measured.latency_p99_ms or 0:.0f} ms, "
         f"needed {measured.peak_memory_gi_b if measured.peak_memory_gi_b is not None else '?'} GiB/GPU, "
-        f"comm {measured.comm_fraction if measured.comm_fraction is not None else 'n/a'}",
+        f"comm {measured.comm_fraction if measured.comm_fraction is not None else 'n/a'}, "
+        f"rank skew {measured.rank_skew_fraction if measured.rank_skew_fraction is not None else 'n/a'}",
     )
     _decide_or_continue(p)
 

@@ -159,6 +159,15 @@ class MetricWindow:
     """Mean DCGM GPU utilisation, 0-1."""
     nvlink_bytes_per_second: float | None = None
     comm_fraction: float | None = None
+    """commFraction of the profiled slice (the trace sidecar's gauge, docs/trace.md)."""
+    rank_skew_fraction: float | None = None
+    """rankSkewFraction of the same slice."""
+    fb_used_gib_by_gpu: tuple[float, ...] = ()
+    """Peak DCGM_FI_DEV_FB_USED of each of the tier's GPUs, GiB (ordered by dcgm-exporter's gpu label)."""
+    gpu_utilization_by_gpu: tuple[float, ...] = ()
+    """Mean DCGM_FI_DEV_GPU_UTIL of each GPU, 0-1."""
+    pcie_bytes_per_second: float | None = None
+    """Mean PCIe TX + RX per GPU, bytes/s (DCGM_FI_PROF_PCIE_TX_BYTES / RX_BYTES)."""
     missing: tuple[str, ...] = ()
     """Metric names that returned no series."""
     error: str | None = None

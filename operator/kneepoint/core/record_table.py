@@ -44,7 +44,7 @@ def format_comparison_line(
     min_throughput_gain: float | None = None,
     max_p99_degradation: float | None = None,
 ) -> str:
-    """``TPa -> TPb: Ta=… tok/s Tb=… tok/s ΔT=…; Pa=… ms Pb=… ms ΔP=…; Ma=… GiB Mb=… GiB[; Ca=… Cb=…]``."""
+    """``TPa -> TPb: Ta=… tok/s Tb=… tok/s ΔT=…; Pa=… ms Pb=… ms ΔP=…; Ma=… GiB Mb=… GiB[; Ca=… Cb=…[ skewb=…]]``."""
     a, b = previous.gpus, current.gpus
     dt = MISSING if throughput_gain is None else format_fraction(throughput_gain, min_throughput_gain)
     dp = MISSING if p99_change is None else format_fraction(p99_change, max_p99_degradation)
@@ -57,6 +57,9 @@ def format_comparison_line(
     if current.comm_fraction is not None:
         ca = MISSING if previous.comm_fraction is None else f"{previous.comm_fraction:.2f}"
         line += f"; C{a}={ca} C{b}={current.comm_fraction:.2f}"
+        if current.rank_skew_fraction is not None:
+            # Waiting between ranks inside collectives (docs/trace.md): not part of C.
+            line += f" skew{b}={current.rank_skew_fraction:.2f}"
     return line
 
 

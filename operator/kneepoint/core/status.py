@@ -125,7 +125,32 @@ class TierResult:
     preemptions: int | None = api_field("vLLM preemptions during the load test.", default=None)
     gpu_utilization: float | None = api_field("Mean GPU utilisation during the load test, fraction 0-1.", default=None)
     nvlink_bytes_per_second: float | None = api_field("Mean NVLink traffic per GPU, bytes/s.", default=None)
-    comm_fraction: float | None = api_field("Share of step time spent in collectives, 0-1, where measurable.", default=None)
+    comm_fraction: float | None = api_field(
+        "Share of step time spent in collectives, 0-1: median over the profiled slice's steps of the smallest rank's "
+        "collective-kernel time / step time (torch-profiler traces, docs/trace.md).",
+        default=None,
+    )
+    rank_skew_fraction: float | None = api_field(
+        "Share of step time ranks spent waiting for each other in collectives, 0-1: median over steps of "
+        "(largest - smallest rank's collective time) / step time, from the same traces.",
+        default=None,
+    )
+    pcie_bytes_per_second: float | None = api_field(
+        "Mean PCIe traffic per GPU (transmitted + received), bytes/s, from DCGM_FI_PROF_PCIE_TX_BYTES / RX_BYTES.", default=None
+    )
+    gpu_utilization_spread: float | None = api_field(
+        "Largest minus smallest mean GPU utilisation over the tier's GPUs, 0-1 (DCGM per GPU).", default=None
+    )
+    memory_spread_gi_b: float | None = api_field(
+        "Largest minus smallest peak framebuffer use over the tier's GPUs, GiB (DCGM per GPU).",
+        default=None,
+        json_name="memorySpreadGiB",
+    )
+    findings: tuple[str, ...] | None = api_field(
+        "What the measurements say beyond the stop rules, e.g. that the parallel split is not effective "
+        "(the TP group's GPUs differ in utilisation or memory beyond the limit).",
+        default=None,
+    )
     throughput_gain: float | None = api_field("ΔT against the previous measured tier.", default=None)
     p99_change: float | None = api_field("ΔP (P99 latency) against the previous measured tier.", default=None)
     cost_per_million_tokens: float | None = api_field("GPU cost per million output tokens.", default=None)

@@ -199,7 +199,7 @@ def check_comm_fraction(previous: TierResult, current: TierResult, threshold: fl
             COMM_FRACTION,
             None,
             numbers,
-            f"not evaluated: {tier_label(current)} has no commFraction (real vLLM exports none; never guessed)",
+            f"not evaluated: {tier_label(current)} has no commFraction (no profiled slice was read; never guessed)",
             step,
         )
     fired = is_above(share, threshold)

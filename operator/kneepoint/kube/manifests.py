@@ -26,6 +26,16 @@ ENGINE_CONTAINER = "engine"
 ENGINE_PORT_NAME = "http"
 LOADGEN_CONTAINER = "loadgen"
 MODELS_MOUNT = "/models"
+TRACE_CONTAINER = "trace"
+TRACE_PORT = 9464
+PROFILES_VOLUME = "profiles"
+PROFILES_DIR = "/var/run/kneepoint/profiles"
+PROFILE_MAX_ITERATIONS = 64
+"""Engine steps one profiled slice records at most: vLLM stalls while writing them (docs/trace.md)."""
+PROFILE_SECONDS = 10.0
+"""Upper bound of the profiled slice (loadgen --profile-seconds); the engine stops by itself after
+PROFILE_MAX_ITERATIONS steps, which is what normally ends it. A slice of a few seconds catches only
+the prefill burst at the start of a closed-loop wave (7 steps of 261 ms for the PCIe example)."""
 
 
 @dataclass(frozen=True)
@@ -261,6 +271,53 @@ def _node_affinity(tier: Tier, ctx: BuildContext, preferred_node: str | None) ->
     return {"nodeAffinity": affinity} if affinity else None
 
 
+def profiler_config() -> str:
+    """vLLM's --profiler-config for the profiled slice (vllm/config/profiler.py fields).
+
+    No Python stacks and no front-end profiling (both only add overhead); at most
+    PROFILE_MAX_ITERATIONS steps, which bounds the trace size and the stall at stop.
+    """
+    return json.dumps(
+        {"profiler": "torch", "torch_profiler_dir": PROFILES_DIR, "torch_profiler_with_stack": False,
+         "ignore_frontend": True, "max_iterations": PROFILE_MAX_ITERATIONS},
+        separators=(",", ":"),
+    )
+
+
+def profiles_volume() -> dict[str, Any]:
+    # Traces of one slice are a few MB per rank; the sidecar deletes what it has read.
+    return {"name": PROFILES_VOLUME, "emptyDir": {"sizeLimit": "2Gi"}}
+
+
+def add_profiler(engine: dict[str, Any]) -> None:
+    """The engine writes its traces into the shared emptyDir (vLLM and the simulator alike)."""
+    engine["args"] = [*engine["args"], "--profiler-config", profiler_config()]
+    engine["volumeMounts"].append({"name": PROFILES_VOLUME, "mountPath": PROFILES_DIR})
+
+
+def trace_sidecar(ctx: BuildContext) -> dict[str, Any]:
+    """The trace reader next to the engine: reads each slice's traces, serves the gauges (docs/trace.md)."""
+    return {
+        "name": TRACE_CONTAINER,
+        "image": ctx.operator_image,
+        "command": ["kneepoint", "trace"],
+        "args": ["--watch", PROFILES_DIR, "--serve-metrics", f"$(POD_IP):{TRACE_PORT}"],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": naming.TRACE_PORT_NAME, "containerPort": TRACE_PORT, "protocol": "TCP"}],
+        "volumeMounts": [{"name": PROFILES_VOLUME, "mountPath": PROFILES_DIR}],
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": _restricted_security_context(),
+    }
+
+
+def without_profiler(pod_spec: dict[str, Any]) -> None:
+    """A multi-node group is not profiled: the sidecar would see only its own pod's ranks."""
+    pod_spec["containers"] = [c for c in pod_spec["containers"] if c["name"] != TRACE_CONTAINER]
+    pod_spec["volumes"] = [v for v in pod_spec["volumes"] if v["name"] != PROFILES_VOLUME]
+    for c in pod_spec["containers"]:
+        c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] != PROFILES_VOLUME]
+
+
 def build_engine_deployment(
     spec: ExperimentSpec,
     owner: Owner,
@@ -291,7 +348,7 @@ def build_engine_deployment(
         # involved: reason Error) or a crash loop's cause reaches the tier's reason.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, profiles_volume()]
     if simulate:
         sim_args = vllm_args(spec, tier) + ["--noise", f"{spec.simulation.noise_fraction:g}"]
         if ctx.gpu_product:
@@ -324,6 +381,7 @@ def build_engine_deployment(
                 },
             }
         )
+    add_profiler(container)
     if spec.model.uri.startswith("pvc://"):
         claim = spec.model.uri[len("pvc://") :].partition("/")[0]
         volumes.append({"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
@@ -333,7 +391,7 @@ def build_engine_deployment(
         _with_resource_requests(spec, tier, ctx, container, gpus)
 
     pod_spec: dict[str, Any] = {
-        "containers": [container],
+        "containers": [container, trace_sidecar(ctx)],
         "volumes": volumes,
         "terminationGracePeriodSeconds": 30,
         "automountServiceAccountToken": False,
@@ -437,6 +495,7 @@ def build_engine_leader_worker_set(
     deployment = build_engine_deployment(spec, owner, tier, ctx)
     labels = naming.child_labels(owner.name, tier, naming.ROLE_ENGINE)
     template = deployment["spec"]["template"]
+    without_profiler(template["spec"])
     gpus = str(tier.tensor_parallel)
     template["spec"]["containers"][0]["resources"] = {
         "requests": {spec.placement.gpu_resource: gpus},
@@ -547,7 +606,15 @@ def loadgen_args(spec: ExperimentSpec, owner: Owner, tier: Tier) -> list[str]:
         "--max-error-fraction",
         "1.0",  # the operator judges the error fraction itself (load.maxErrorFraction), with retries
         "--no-progress",
+        *profile_args(tier),
     ]
+
+
+def profile_args(tier: Tier) -> list[str]:
+    """The load test's profiled slice, after the measured repeats. A multi-node tier's engine
+    (LeaderWorkerSet) has no profiler: its /start_profile answers 404, the load generator says
+    so and the measured figures stand."""
+    return ["--profile-seconds", f"{PROFILE_SECONDS:g}"]
 
 
 def _load_test_pod_metadata(labels: dict[str, str], ctx: BuildContext) -> dict[str, Any]:

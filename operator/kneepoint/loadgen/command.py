@@ -94,6 +94,8 @@ class LoadgenConfig:
     slos: SLOs
     cpu_limit: float
     lag_limit_ms: float
+    profile_seconds: float = 0.0
+    profile_requests: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The run's configuration as written to --save-json."""
@@ -117,6 +119,8 @@ class LoadgenConfig:
             "goodput": self.slos.to_json(),
             "clientCpuLimit": self.cpu_limit,
             "maxLoopLagMs": self.lag_limit_ms,
+            "profileSeconds": self.profile_seconds,
+            "profileRequests": self.profile_requests,
         }
 
 
@@ -170,6 +174,13 @@ def validate(options: dict[str, Any]) -> LoadgenConfig:
         if options["resolve"] == () and os.environ.get(RESOLVE_ENV):
             message = message.replace("--resolve", RESOLVE_ENV, 1)
         raise ValueError(message) from None
+    profile_seconds = options.get("profile_seconds") or 0.0
+    if not profile_seconds >= 0 or math.isinf(profile_seconds):
+        raise ValueError(f"--profile-seconds must be a number of seconds >= 0 (0 = no profiled slice), got {profile_seconds}")
+    profile_requests = options.get("profile_requests")
+    if profile_requests is None:
+        profile_requests = 2 * max(1, options["concurrency"])
+    _at_least("--profile-requests", profile_requests, 1)
     return LoadgenConfig(
         endpoint=endpoint,
         model=model,
@@ -193,6 +204,8 @@ def validate(options: dict[str, Any]) -> LoadgenConfig:
         slos=parse_slos(options["goodput"]),
         cpu_limit=options["client_cpu_limit"],
         lag_limit_ms=options["max_loop_lag_ms"],
+        profile_seconds=profile_seconds,
+        profile_requests=profile_requests,
     )
 
 
@@ -252,6 +265,20 @@ async def _run_phase(runner: Any, config: LoadgenConfig, phase: str, label: str,
                 await task
             except asyncio.CancelledError:
                 pass
+
+
+async def _profiled_slice(runner: Any, config: LoadgenConfig) -> None:
+    """The unmeasured phase with the engine's profiler on (loadgen/profile_slice.py)."""
+    from kneepoint.loadgen.profile_slice import profile_during
+
+    phase = _run_phase(runner, config, "profile", "profile  ", config.profile_requests, None)
+    _, outcome = await profile_during(phase, lambda: runner.progress()[0], config.endpoint, config.resolve_rules,
+                                      config.profile_seconds, config.timeout_s)
+    if outcome.error is not None:
+        click.echo(f"kneepoint loadgen: profiled slice: {outcome.error} (the measured figures are unaffected)", err=True)
+    else:
+        click.echo(f"kneepoint loadgen: profiled slice: {outcome.seconds:.1f} s under load; /stop_profile answered after "
+                   f"{outcome.stop_seconds:.1f} s", err=True)
 
 
 async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> tuple[list[Any], list[Any], int, str]:
@@ -322,6 +349,8 @@ async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> tuple[
                 )
             )
             raw.append(outcome.records)
+        if config.profile_seconds > 0:
+            await _profiled_slice(runner, config)
     except WorkerError as error:
         raise RunFailure(str(error)) from None
     finally:
@@ -376,6 +405,11 @@ def _write_termination_message(text: str) -> str | None:
               help="A worker whose median CPU reaches this many cores marks the run client-limited.")
 @click.option("--max-loop-lag-ms", type=float, default=DEFAULT_LOOP_LAG_LIMIT_MS, show_default=True,
               help="Event-loop lag P99 above this marks the run client-limited.")
+@click.option("--profile-seconds", type=float, default=0.0, show_default=True,
+              help="After the measured repeats: profile this many seconds of the same load (vLLM's /start_profile, "
+                   "/stop_profile; docs/trace.md). 0 = off.")
+@click.option("--profile-requests", type=int, default=None,
+              help="Requests of the profiled phase (unmeasured). Default: 2 x --concurrency.")
 def command(**options: Any) -> None:
     """Load-test an OpenAI-compatible server at fixed concurrency (or Poisson arrivals)."""
     try:

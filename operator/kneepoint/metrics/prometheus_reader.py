@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from prometheus_api_client import PrometheusConnect
@@ -29,13 +30,31 @@ def _scalar(result: list[dict[str, Any]]) -> float | None:
     return None
 
 
+def _sum_present(*values: float | None) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def _vector(result: list[dict[str, Any]]) -> tuple[float, ...]:
+    """Every series' value of an instant-vector result, ordered by the series' gpu label."""
+    values = []
+    for series in result:
+        value = series.get("value")
+        try:
+            values.append((str((series.get("metric") or {}).get("gpu", "")), float(value[1])))
+        except (TypeError, ValueError, IndexError):
+            continue
+    return tuple(v for _, v in sorted(values))
+
+
 class PrometheusReader:
     """One reader per Prometheus URL."""
 
-    def __init__(self, url: str, timeout_seconds: float = 10.0, scrape_interval_seconds: float = 15.0):
+    def __init__(self, url: str, timeout_seconds: float = 10.0, scrape_interval_seconds: float = 15.0, clock=time.time):
         self.url = url
         self.timeout = timeout_seconds
         self.scrape_interval = scrape_interval_seconds
+        self._clock = clock
         # No client-side retries: the ladder retries on its own schedule (and says so in a
         # condition); the client's default 3 retries with back-off cost ~6 s per refused pass.
         self._prom = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0, connect=0, read=0, status=0))
@@ -43,22 +62,42 @@ class PrometheusReader:
     def _query(self, expr: str, at: float) -> list[dict[str, Any]]:
         return self._prom.custom_query(query=expr, params={"time": f"{at:.3f}", "timeout": f"{self.timeout:.0f}s"})
 
-    async def window(self, namespace: str, pod_prefix: str, start: float, end: float) -> MetricWindow:
-        """Query every tier metric over [start, end]; never raises (errors land in ``error``)."""
+    async def window(self, namespace: str, pod_prefix: str, start: float, end: float, traced: bool = True) -> MetricWindow:
+        """Query every tier metric over [start, end]; never raises (errors land in ``error``).
+
+        ``traced``: the engine pod profiles a slice and runs the trace sidecar (single-node
+        tiers); without it the trace figures are optional (absent, never waited for).
+        """
         seconds = promql.range_seconds(start, end, self.scrape_interval)
         queries = promql.window_queries(namespace, pod_prefix, seconds)
+        # The trace sidecar publishes after the profiled slice at the test's end: read it now,
+        # over a range back to the test's start.
+        now = max(end, self._clock())
+        trace_queries = promql.trace_queries(namespace, pod_prefix, promql.range_seconds(start, now, self.scrape_interval))
         values: dict[str, float | None] = {}
         try:
             pool_series = await asyncio.to_thread(self._query, promql.cache_config_query(namespace, pod_prefix, seconds).expr, end)
             for q in queries:
                 values[q.name] = _scalar(await asyncio.to_thread(self._query, q.expr, end))
+            for q in trace_queries:
+                values[q.name] = _scalar(await asyncio.to_thread(self._query, q.expr, now))
+            per_gpu: dict[str, tuple[float, ...]] = {}
+            for q in promql.per_gpu_queries(namespace, pod_prefix, seconds):
+                result = await asyncio.to_thread(self._query, q.expr, end)
+                if q.name in (promql.PCIE_TX, promql.PCIE_RX):
+                    values[q.name] = _scalar(result)
+                else:
+                    per_gpu[q.name] = _vector(result)
         except Exception as exc:  # connection refused, timeouts, HTTP errors: all mean "not now"
             log.warning("Prometheus at %s failed: %s", self.url, exc)
             return MetricWindow(error=f"{type(exc).__name__}: {exc}"[:300])
-        # The comm-fraction gauge exists only where something exports it (the simulator), and
         # NVLink byte counters are not in dcgm-exporter's default CSV: their absence is
-        # reported per tier but never delays the ladder.
-        optional = (promql.COMM_FRACTION, promql.NVLINK_TX)
+        # reported per tier but never delays the ladder. The trace figures are required: the
+        # ladder waits for them up to its metrics deadline (the sidecar publishes after the
+        # load test's profiled slice), then records the tier without them.
+        optional = (promql.NVLINK_TX, promql.PCIE_TX, promql.PCIE_RX)
+        if not traced:
+            optional += (promql.COMM_FRACTION, promql.RANK_SKEW_FRACTION)
         required = [n for n in values if n not in optional]
         missing = tuple(n for n in required if values[n] is None)
         fb = values[promql.FB_USED]
@@ -75,6 +114,10 @@ class PrometheusReader:
             gpu_utilization=util / 100.0 if util is not None else None,
             nvlink_bytes_per_second=values[promql.NVLINK_TX],
             comm_fraction=values[promql.COMM_FRACTION],
+            rank_skew_fraction=values[promql.RANK_SKEW_FRACTION],
+            fb_used_gib_by_gpu=tuple(v * MIB / GIB for v in per_gpu.get(promql.FB_USED_BY_GPU, ())),
+            gpu_utilization_by_gpu=tuple(v / 100.0 for v in per_gpu.get(promql.GPU_UTIL_BY_GPU, ())),
+            pcie_bytes_per_second=_sum_present(values[promql.PCIE_TX], values[promql.PCIE_RX]),
             missing=missing,
         )
 

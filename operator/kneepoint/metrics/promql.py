@@ -17,7 +17,9 @@ from typing import Mapping
 # Metric names (kept in one place; the simulator exports the same names).
 FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
-NVLINK_TX = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # bytes/s
+NVLINK_TX = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # bytes/s (a profiling field dcgm-exporter ships commented out)
+PCIE_TX = "DCGM_FI_PROF_PCIE_TX_BYTES"  # bytes/s, in dcgm-exporter's default counters
+PCIE_RX = "DCGM_FI_PROF_PCIE_RX_BYTES"  # bytes/s
 KV_USAGE = "vllm:kv_cache_usage_perc"  # fraction 0-1
 CACHE_CONFIG_INFO = "vllm:cache_config_info"  # gauge = 1; the engine's KV pool is in its labels
 # Labels of CACHE_CONFIG_INFO that size the pool. vLLM 0.24/0.33 write kv_cache_size_tokens
@@ -27,7 +29,12 @@ POOL_TOKENS_LABEL = "kv_cache_size_tokens"
 POOL_BLOCKS_LABEL = "num_gpu_blocks"
 BLOCK_SIZE_LABEL = "block_size"
 PREEMPTIONS = "vllm:num_preemptions_total"  # counter
-COMM_FRACTION = "kneepoint_sim_comm_fraction"  # simulator-only gauge (CONTRACTS C)
+# Exported by the engine pod's trace sidecar (`kneepoint trace --watch`, docs/trace.md) from
+# the profiled slice's torch-profiler traces: vLLM and the simulator alike.
+COMM_FRACTION = "kneepoint_comm_fraction"  # gauge 0-1: median smallest-rank collective time / step time
+RANK_SKEW_FRACTION = "kneepoint_rank_skew_fraction"  # gauge 0-1: median (largest - smallest) / step time
+TRACE_STEPS = "kneepoint_trace_steps"  # gauge: steps in the last analysed slice
+TRACE_SLICES = "kneepoint_trace_slices"  # counter (exposed with _total): slices analysed
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,38 @@ def window_queries(namespace: str, pod_prefix: str, seconds: int) -> list[Window
         WindowQuery(PREEMPTIONS, f"sum({_both(PREEMPTIONS, '(max_over_time({m}' + r + ') - min_over_time({m}' + r + '))', sel)})"),
         WindowQuery(GPU_UTIL, f"avg({_both(GPU_UTIL, 'avg_over_time({m}' + r + ')', sel)})"),
         WindowQuery(NVLINK_TX, f"avg({_both(NVLINK_TX, 'avg_over_time({m}' + r + ')', sel)})"),
-        WindowQuery(COMM_FRACTION, f"avg({_both(COMM_FRACTION, 'avg_over_time({m}' + r + ')', sel)})"),
+    ]
+
+
+# Names of the per-GPU queries (one series per GPU of the tier; not metric names).
+FB_USED_BY_GPU = FB_USED + " by gpu"
+GPU_UTIL_BY_GPU = GPU_UTIL + " by gpu"
+
+
+def per_gpu_queries(namespace: str, pod_prefix: str, seconds: int) -> list[WindowQuery]:
+    """The tier's GPUs one by one (dcgm-exporter's ``gpu`` and ``UUID`` labels): peak framebuffer
+    and mean utilisation per GPU, for the rank-balance check; and PCIe bytes/s per GPU (mean)."""
+    sel = pod_selectors(namespace, pod_prefix)
+    r = f"[{seconds}s]"
+    return [
+        WindowQuery(FB_USED_BY_GPU, f"max by (gpu, UUID) ({_both(FB_USED, 'max_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(GPU_UTIL_BY_GPU, f"avg by (gpu, UUID) ({_both(GPU_UTIL, 'avg_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(PCIE_TX, f"avg({_both(PCIE_TX, 'avg_over_time({m}' + r + ')', sel)})"),
+        WindowQuery(PCIE_RX, f"avg({_both(PCIE_RX, 'avg_over_time({m}' + r + ')', sel)})"),
+    ]
+
+
+def trace_queries(namespace: str, pod_prefix: str, seconds: int) -> list[WindowQuery]:
+    """The trace sidecar's figures for one tier: the last value published in the window.
+
+    The profiled slice runs at the end of the load test, and the sidecar publishes once the
+    traces are written and read, so these are evaluated at query time over a range reaching
+    back to the load test's start (``PrometheusReader.window``), not at the test's end.
+    """
+    sel = pod_selectors(namespace, pod_prefix)[:1]  # the sidecar is scraped like vLLM: pod/namespace target labels
+    r = f"[{seconds}s]"
+    return [
+        WindowQuery(name, f"max(last_over_time({name}{{{sel[0]}}}{r}))") for name in (COMM_FRACTION, RANK_SKEW_FRACTION)
     ]
 
 

@@ -9,7 +9,7 @@ annotated with the stop rule that chose it.
 Built on ``matplotlib.figure.Figure`` with the Agg canvas, never pyplot: no global figure
 state, no display needed, safe in a pod or a test. Artists that tests look for carry a
 ``gid`` (``throughput``, ``p99``, ``knee``, ``knee-line``, ``slo``, ``skipped``,
-``failed``, ``not-measured``).
+``failed``, ``not-measured``, ``comm``: the communication share per tier along the bottom).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ LATENCY_COLOUR = "#d2691e"
 KNEE_COLOUR = "#c0162b"
 SKIPPED_COLOUR = "#6b6b6b"
 FAILED_COLOUR = "#b00020"
+COMM_COLOUR = "#4b7d3a"
 
 X_LABEL = "GPUs per replica (tier; log2 scale)"
 THROUGHPUT_LABEL = "Output throughput (tokens/s)"
@@ -178,6 +179,14 @@ def build_knee_figure(tiers: Sequence[TierResult], decision: Decision | None, co
                 color=THROUGHPUT_COLOUR,
                 bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor="none", alpha=0.85),
             )
+    # The communication share per tier (commFraction, and the ranks' waiting), along the bottom
+    # (where only unmeasured tiers put their marks): the number the comm-fraction rule reads.
+    for t in measured:
+        if t.comm_fraction is None:
+            continue
+        text = f"C {t.comm_fraction:.2f}" + ("" if t.rank_skew_fraction is None else f"\nskew {t.rank_skew_fraction:.2f}")
+        ax.text(t.gpus, 0.02, text, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7.5,
+                color=COMM_COLOUR, gid="comm")
     if with_p99:
         (line,) = ax2.plot(
             [t.gpus for t in with_p99],

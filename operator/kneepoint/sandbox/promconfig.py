@@ -6,6 +6,8 @@ by Kubernetes service discovery (role pod, through the admin kubeconfig):
 
 - job ``vllm``: pods labelled ``kneepoint.io/role=engine``, their container port named
   ``http``, path /metrics (vLLM's metrics);
+- job ``trace``: the same pods' trace sidecar, the container port named ``trace-metrics``
+  (``kneepoint_comm_fraction``, ``kneepoint_rank_skew_fraction``; docs/trace.md);
 - job ``dcgm``: the same pods at ``<podIP>:9400`` /metrics (DCGM-exporter metrics; the
   simulator serves them on the pod's own address), ``honor_labels`` so the exporter's
   pod/namespace labels (the GPU's consumer) are kept as a real DCGM setup keeps them.
@@ -25,12 +27,13 @@ from kneepoint.sandbox.layout import HOST, Ports, StatePaths
 SCRAPE_INTERVAL = "2s"
 DCGM_PORT = 9400
 ENGINE_ROLE = "engine"
+TRACE_PORT_NAME = "trace-metrics"  # kneepoint.kube.naming.TRACE_PORT_NAME (this module imports only the stdlib; a test keeps them equal)
 
 
-def _pod_relabels() -> list[dict[str, Any]]:
+def _pod_relabels(port_name: str = "http") -> list[dict[str, Any]]:
     return [
         {"source_labels": ["__meta_kubernetes_pod_label_kneepoint_io_role"], "regex": ENGINE_ROLE, "action": "keep"},
-        {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "http", "action": "keep"},
+        {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": port_name, "action": "keep"},
         # Network rule: loopback only. A pod without an IP yet has none and is dropped too.
         {"source_labels": ["__meta_kubernetes_pod_ip"], "regex": r"127\..+", "action": "keep"},
         {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
@@ -79,6 +82,13 @@ def prometheus_config(paths: StatePaths, ports: Ports) -> dict[str, Any]:
                 "fallback_scrape_protocol": "PrometheusText0.0.4",
                 "kubernetes_sd_configs": sd,
                 "relabel_configs": _pod_relabels(),
+            },
+            {
+                "job_name": "trace",
+                "metrics_path": "/metrics",
+                "fallback_scrape_protocol": "PrometheusText0.0.4",
+                "kubernetes_sd_configs": sd,
+                "relabel_configs": _pod_relabels(TRACE_PORT_NAME),
             },
             {
                 "job_name": "dcgm",

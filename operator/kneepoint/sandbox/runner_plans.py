@@ -567,6 +567,7 @@ def plan_container(
     sources: EnvSources,
     runtime_env: Mapping[str, str],
     forced_env: Mapping[str, str],
+    volume_dirs: Mapping[str, str] | None = None,
 ) -> ContainerPlan:
     """The process, env and listen address of one container.
 
@@ -574,6 +575,9 @@ def plan_container(
     env, ``KNEEPOINT_RESOLVE``); ``forced_env`` those it may not (``KUBECONFIG``,
     ``TERMINATION_MESSAGE_PATH``: they point at files only the runner writes). ``command``
     and ``args`` get ``$(VAR)`` expansion against the final env, as in the kubelet.
+    ``volume_dirs`` (volume name -> a per-pod directory, see :func:`emptydir_volumes`):
+    the sandbox has no mount namespace, so a mount path of such a volume in the argv or env
+    is replaced by its directory (two containers of a pod then share it, as an emptyDir).
     Raises ContainerConfigError or ContainerCommandError.
     """
     name = str(container.get("name", ""))
@@ -594,7 +598,39 @@ def plan_container(
     env = container_env(pod, container, pod_ip=pod_ip, host_ip=host_ip, node=node, sources=sources, defaults=defaults)
     env.update(overrides)
     env.update(forced_env)
+    mounts = mount_paths(container, volume_dirs or {})
+    if mounts:
+        argv = [rewrite_mount_paths(w, mounts) for w in argv]
+        env = {k: rewrite_mount_paths(v, mounts) for k, v in env.items()}
     return ContainerPlan(name=name, image=image, kind=kind, argv=tuple(argv), env=env, listen=listen)
+
+
+def emptydir_volumes(pod: Mapping[str, Any]) -> list[str]:
+    """Names of the pod's disk-backed emptyDir volumes (``medium: Memory`` ones stay as they are: /dev/shm)."""
+    names = []
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        empty = volume.get("emptyDir")
+        if isinstance(empty, dict) and empty.get("medium") != "Memory":
+            names.append(str(volume.get("name", "")))
+    return names
+
+
+def mount_paths(container: Mapping[str, Any], volume_dirs: Mapping[str, str]) -> dict[str, str]:
+    """Mount path -> directory for the container's mounts of the given volumes."""
+    out = {}
+    for mount in container.get("volumeMounts") or []:
+        directory = volume_dirs.get(str(mount.get("name", "")))
+        path = str(mount.get("mountPath") or "").rstrip("/")
+        if directory and path:
+            out[path] = directory
+    return out
+
+
+def rewrite_mount_paths(word: str, mounts: Mapping[str, str]) -> str:
+    """``word`` with every mount path (as a whole path prefix) replaced by its directory."""
+    for path, directory in sorted(mounts.items(), key=lambda item: -len(item[0])):
+        word = re.sub(re.escape(path) + r"(?=/|\"|'|$|\s|,)", lambda _m, d=directory: d, word)
+    return word
 
 
 # ---------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from kneepoint.sandbox.runner_plans import (
     EnvSources,
     build_pod_kubeconfig,
     classify_container,
+    emptydir_volumes,
     plan_container,
     probe_spec,
     referenced_objects,
@@ -486,6 +487,11 @@ class PodSupervisor:
         kubeconfig = None if classify_container(spec) == PRETEND else await self._service_account_kubeconfig()
         if kubeconfig is not None:
             forced_env["KUBECONFIG"] = str(kubeconfig)
+        volume_dirs = {}
+        for volume in emptydir_volumes(self.pod):
+            directory = self.runtime_dir / "volumes" / volume
+            directory.mkdir(parents=True, exist_ok=True)
+            volume_dirs[volume] = str(directory)
         return plan_container(
             self.pod,
             spec,
@@ -496,6 +502,7 @@ class PodSupervisor:
             sources=EnvSources(config_maps=config_maps, secrets=secrets),
             runtime_env=runtime_env,
             forced_env=forced_env,
+            volume_dirs=volume_dirs,
         )
 
     async def _service_account_kubeconfig(self) -> Path | None:

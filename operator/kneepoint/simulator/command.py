@@ -46,6 +46,7 @@ from kneepoint.core.memory_estimate import (
 from kneepoint.core.tiers import Tier
 from kneepoint.simulator.calibration import load_calibration
 from kneepoint.simulator.perf_model import INTERCONNECTS, Deployment, Hardware, PerfModel, shape_from_architecture
+from kneepoint.simulator.profiler import ProfilerConfig, ProfilerConfigError, parse_profiler_config
 from kneepoint.simulator.server import VLLM_VERSION, SimulatorSettings, serve_forever
 from kneepoint.simulator.startup import NO_KV_MEMORY, EngineRefusal, StartupFigures, run_failure
 
@@ -211,6 +212,9 @@ def check_fit(gpu: GpuType, arch: ModelArchitecture, tier: Tier, est: MemoryEsti
               help="Fault injection: answer this share (0-1) of completion requests with HTTP 500. Env KNEEPOINT_SIM_FAIL_FRACTION.")
 @click.option("--inter-node-gbps", envvar="KNEEPOINT_SIM_INTER_NODE_GBPS", type=float, default=None,
               help="Link between pipeline stages on different nodes, Gb/s (400 = 400 Gb/s RDMA; default: stages share a node).")
+@click.option("--profiler-config", envvar="KNEEPOINT_SIM_PROFILER_CONFIG", default=None, metavar="JSON",
+              help='As vLLM: \'{"profiler":"torch","torch_profiler_dir":"/abs/dir"}\' serves POST /start_profile and '
+                   '/stop_profile and writes one trace per rank (docs/trace.md).')
 @click.pass_context
 def command(ctx: click.Context, **opts: Any) -> None:
     """Serve a vLLM-compatible engine simulator (no GPU needed)."""
@@ -349,4 +353,14 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
         pod=os.environ.get("POD_NAME") or None, namespace=os.environ.get("POD_NAMESPACE") or None,
         container=os.environ.get("CONTAINER_NAME") or None, fail_fraction=opts["fail_fraction"],
         startup=figures,
+        profiler=_profiler_config(opts.get("profiler_config")),
     )
+
+
+def _profiler_config(text: str | None) -> ProfilerConfig | None:
+    if text is None:
+        return None
+    try:
+        return parse_profiler_config(text)
+    except ProfilerConfigError as err:
+        fail("--profiler-config", str(err).removeprefix("--profiler-config").lstrip(".:").strip())

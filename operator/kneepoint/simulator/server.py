@@ -26,6 +26,8 @@ from aiohttp import web
 from kneepoint.core.gpus import GpuType
 from kneepoint.simulator.dcgm_metrics import DcgmMetrics
 from kneepoint.simulator.perf_model import PerfModel
+from kneepoint.simulator.profiler import ProfilerConfig, SimProfiler
+from kneepoint.simulator.profiler import routes as profiler_routes
 from kneepoint.simulator.startup import StartupFigures, run_startup
 from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig, SimRequest, StepOutcome
 from kneepoint.simulator.telemetry import Telemetry
@@ -83,6 +85,8 @@ class SimulatorSettings:
     """Share of completion requests answered with HTTP 500 (fault injection; 0 = none)."""
     startup: StartupFigures | None = None
     """The numbers of vLLM's start-up lines (``startup``); None prints none."""
+    profiler: ProfilerConfig | None = None
+    """--profiler-config: /start_profile and /stop_profile exist and write traces (simulator/profiler.py)."""
 
     @property
     def model_name(self) -> str:
@@ -217,6 +221,7 @@ class Engine:
         self._wall_offset = time.time() - loop.time()
         self._truth: IO[str] | None = open(settings.truth_log, "a", encoding="utf-8") if settings.truth_log else None
         self._stopping = False
+        self.profiler = _profiler(settings)
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -224,9 +229,8 @@ class Engine:
         return self._loop.time() >= self.ready_at
 
     def _gauges(self) -> dict[str, float]:
-        now = self._loop.time()
         return {"running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
-                "kv_cache_usage": self.scheduler.kv_cache_usage, "comm_fraction": self.telemetry.comm_fraction(now)}
+                "kv_cache_usage": self.scheduler.kv_cache_usage}
 
     def memory_used_bytes(self) -> float:
         """Framebuffer held per GPU: weights arrive during the load, then the whole budget is taken."""
@@ -299,6 +303,8 @@ class Engine:
         ideal: float | None = None  # the pacing timeline; None while idle
         last_flush = loop.time()
         while not self._stopping:
+            if self.profiler is not None and await self.profiler.engine_turn():
+                ideal = None  # the profiler held the engine (writing traces): not lag
             if not self.scheduler.has_work:
                 ideal = None
                 self._wake.clear()
@@ -326,6 +332,10 @@ class Engine:
             scale = step.duration / st.seconds if st.seconds > 0 else 1.0
             self.telemetry.record(end, step.duration, st.comm_seconds * scale, st.link_bytes_per_gpu,
                                   step.num_tokens, step.work.sampled_seqs)
+            if self.profiler is not None:
+                w = step.work
+                self.profiler.record_step(step.start, step.duration, st.comm_seconds * scale, w.prefill_seqs, w.prefill_tokens,
+                                          w.decode_seqs)
             finished = self._deliver(outcome)
             # Let the woken responses write their tokens before the next step is scheduled:
             # vLLM's API server streams outputs while the engine core computes the next
@@ -378,6 +388,14 @@ class Engine:
         record["firstWrite"] = None if written is None else round(written + w, 6)
         record["socketTtftSeconds"] = None if received is None or written is None else round(written - received, 6)
         self._truth.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+def _profiler(settings: SimulatorSettings) -> SimProfiler | None:
+    if settings.profiler is None or settings.profiler.profiler is None:
+        return None
+    d = settings.perf.deployment
+    return SimProfiler(settings.profiler, d.tensor_parallel, d.pipeline_parallel, settings.perf.shape.num_layers,
+                       settings.interconnect, settings.gpu.display_name, int(settings.gpu.memory_bytes), settings.seed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -639,6 +657,8 @@ async def start(settings: SimulatorSettings) -> tuple[Engine, list[web.AppRunner
     task = asyncio.create_task(engine.run())
     app = web.Application(client_max_size=64 * 1024**2)
     app.add_routes(Api(engine).routes())
+    if engine.profiler is not None:
+        app.add_routes(profiler_routes(engine.profiler))
     runners = []
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

@@ -248,7 +248,7 @@ class TierMeasurement:
     peak_kv_cache_usage: float
     """Max of vllm:kv_cache_usage_perc over the kept window (as max_over_time)."""
     comm_fraction: float
-    """Share of step time in collectives over the kept window (kneepoint_sim_comm_fraction)."""
+    """Share of step time in collectives over the kept window (the trace reader's commFraction is the per-step median)."""
     gpu_utilization: float
     """Busy share of the kept window (DCGM_FI_DEV_GPU_UTIL / 100)."""
     preemptions: int

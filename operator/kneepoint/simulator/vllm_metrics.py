@@ -7,8 +7,8 @@ families from them, rendered by prometheus_client exactly as vLLM's own exporter
 series carries ``model_name`` (the first served model name) and ``engine="0"``.
 
 Not simulated, so not exported: prefix-cache, speculative-decoding, LoRA and
-KV-transfer metrics. The one addition is ``kneepoint_sim_comm_fraction``, the share of step
-time spent in collectives, which real vLLM does not report (contract C).
+KV-transfer metrics. There is no simulator-only series: the share of step time in
+collectives comes, as from real vLLM, from the profiler's traces (simulator/profiler.py).
 """
 
 from __future__ import annotations
@@ -202,10 +202,6 @@ class VllmMetrics:
         info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=info_labels)
         info.add_metric([self.cache_config[k] for k in sorted(self.cache_config)] + ["0"], 1.0)
         yield info
-        comm = GaugeMetricFamily("kneepoint_sim_comm_fraction",
-                                 "Simulator only: share of engine step time spent in collectives (0-1).", labels=labels)
-        comm.add_metric(values, float(live["comm_fraction"]))
-        yield comm
 
     def render(self) -> bytes:
         """The /metrics body (Prometheus text format 0.0.4)."""

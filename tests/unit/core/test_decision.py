@@ -266,3 +266,10 @@ def test_deciding_again_from_the_filled_tiers_gives_the_same_answer():
     again = decide(spec, first.tiers)
     assert again.decision == first.decision
     assert again.tiers == first.tiers
+
+
+def test_the_comparison_block_prints_rank_skew_next_to_the_comm_share():
+    from kneepoint.core.record_table import format_comparison_line
+
+    a, b = measured(1, 1000, mem=20.0, comm=0.0), measured(2, 1500, mem=12.0, comm=0.31, rank_skew_fraction=0.02)
+    assert format_comparison_line(a, b, 0.5, -0.1).endswith("; C1=0.00 C2=0.31 skew2=0.02")

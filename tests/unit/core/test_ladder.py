@@ -98,7 +98,7 @@ class Driver:
     def tier(self, name):
         return self.status.tier(name)
 
-    def measure(self, name, tok_s, p99_ms, kv=0.05, comm=None, fb=125.0):
+    def measure(self, name, tok_s, p99_ms, kv=0.05, comm=None, fb=125.0, **window):
         """Take the current tier from Pending to Measured."""
         r = self.step()
         assert any(isinstance(a, EnsureEngine) and a.tier.name == name for a in r.actions), r.actions
@@ -109,7 +109,8 @@ class Driver:
         self.step(engine=EngineState(exists=True, ready=True), load_test=LoadTestState(1, True, True, False, summary(tok_s, p99_ms, started=self.now - 65, finished=self.now - 5)))
         assert self.tier(name).phase == "Collecting"
         self.now += 20
-        return self.step(metrics=MetricWindow(peak_fb_used_gib=fb, peak_kv_cache_usage=kv, preemptions=0, gpu_utilization=0.9, comm_fraction=comm))
+        return self.step(metrics=MetricWindow(peak_fb_used_gib=fb, peak_kv_cache_usage=kv, preemptions=0, gpu_utilization=0.9, comm_fraction=comm,
+                                              **window))
 
 
 def test_plan_skips_tiers_that_cannot_fit_without_deploying():
@@ -374,3 +375,28 @@ def test_a_failed_experiment_starts_again_when_its_spec_is_edited():
     assert get_condition(d.status.conditions, reasons.FAILED) is None
     d.step(generation=2)
     assert d.status.phase == "Profiling" and d.tier("tp1-pp1").phase == "Pending"
+
+
+def test_a_tp_group_whose_gpus_differ_in_utilisation_gets_the_split_not_effective_finding():
+    d = Driver(make_spec("llama-3-70b"))
+    d.step()  # plan: TP1 skipped
+    r = d.measure("tp2-pp1", tok_s=1200, p99_ms=9000, fb=120.0, comm=0.18, rank_skew_fraction=0.12,
+                  gpu_utilization_by_gpu=(0.92, 0.61), fb_used_gib_by_gpu=(120.0, 119.0), pcie_bytes_per_second=2.5e9)
+    tp2 = d.tier("tp2-pp1")
+    assert (tp2.rank_skew_fraction, tp2.gpu_utilization_spread, tp2.memory_spread_gi_b, tp2.pcie_bytes_per_second) == (0.12, 0.31, 1.0, 2.5e9)
+    (finding,) = tp2.findings
+    assert finding == ("the parallel split is not effective: GPU utilisation 0.61-0.92 across 2 GPUs (spread 0.31 > 0.15); "
+                       "rankSkewFraction 0.12")
+    assert any(e.reason == reasons.SPLIT_NOT_EFFECTIVE and e.type == "Warning" for e in r.events)
+
+
+def test_a_balanced_group_has_no_finding_and_one_gpu_has_no_spread():
+    d = Driver(make_spec("llama-3-70b"))
+    d.step()
+    d.measure("tp2-pp1", tok_s=1200, p99_ms=9000, fb=120.0, gpu_utilization_by_gpu=(0.90, 0.88), fb_used_gib_by_gpu=(120.0, 119.5))
+    tp2 = d.tier("tp2-pp1")
+    assert tp2.findings is None and tp2.gpu_utilization_spread == 0.02
+    from kneepoint.core.rank_balance import rank_balance
+
+    assert rank_balance((0.9,), (120.0,), None).finding is None
+    assert "memory 100.0-120.0 GiB" in rank_balance((0.9, 0.9), (120.0, 100.0), None).finding

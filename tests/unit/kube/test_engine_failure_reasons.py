@@ -25,7 +25,7 @@ SPEC = parse_spec({"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "ar
 def test_engine_container_falls_back_to_its_log_tail_on_error() -> None:
     for mode_spec in (SPEC, parse_spec({"mode": "Simulate", "model": {"uri": "sim://llama-3-8b"}})):
         deployment = manifests.build_engine_deployment(mode_spec, OWNER, Tier(2, 1), CTX)
-        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
         assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 

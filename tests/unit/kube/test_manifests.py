@@ -1,5 +1,7 @@
 """The builders' output, field by field: what a user would check in `kubectl get -o yaml`."""
 
+import json
+
 import pytest
 
 from kneepoint.core.spec import parse_spec
@@ -28,7 +30,7 @@ def test_engine_deployment_measure_mode():
         "apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment", "name": "llama8b", "uid": "uid-1", "controller": True, "blockOwnerDeletion": True,
     }
     pod = d["spec"]["template"]["spec"]
-    (c,) = pod["containers"]
+    c, _trace = pod["containers"]
     assert c["image"] == "vllm/vllm-openai:v0.33.0"
     args = c["args"]
     assert args[args.index("--tensor-parallel-size") + 1] == "4"
@@ -59,7 +61,7 @@ def test_tp1_has_no_nvlink_requirement_and_pcie_fleets_skip_it():
 def test_simulate_mode_runs_the_simulator_without_gpus():
     s = spec(mode="Simulate", simulation={"interconnect": "pcie"})
     d = manifests.build_engine_deployment(s, OWNER, Tier(2, 1), CTX)
-    (c,) = d["spec"]["template"]["spec"]["containers"]
+    c, _trace = d["spec"]["template"]["spec"]["containers"]
     assert c["command"] == ["kneepoint", "sim"] and c["image"] == "ghcr.io/kneepoint/kneepoint:test"
     assert "nvidia.com/gpu" not in str(c["resources"])
     assert c["args"][c["args"].index("--interconnect") + 1] == "pcie"
@@ -74,7 +76,7 @@ def test_simulate_mode_auto_interconnect_is_the_products_own_link(product, link)
     # must not choose the link, or a simulated L40S on an H200 node would claim NVLink.
     ctx = manifests.BuildContext(operator_image="ghcr.io/kneepoint/kneepoint:test", gpu_product=product)
     d = manifests.build_engine_deployment(spec(mode="Simulate"), OWNER, Tier(2, 1), ctx)
-    (c,) = d["spec"]["template"]["spec"]["containers"]
+    c, _trace = d["spec"]["template"]["spec"]["containers"]
     assert c["args"][c["args"].index("--interconnect") + 1] == link
 
 
@@ -109,3 +111,24 @@ def test_names_are_dns_labels_and_stable():
     assert name == naming.engine_name(long, Tier(8, 2))
     assert naming.engine_name(long, Tier(8, 2)) != naming.engine_name("b" * 80, Tier(8, 2))
     assert len(naming.load_test_name(long, Tier(8, 2), 10)) <= 63
+
+
+@pytest.mark.parametrize("mode", ["Measure", "Simulate"])
+def test_engine_profiles_into_a_shared_emptydir_read_by_the_trace_sidecar(mode):
+    d = manifests.build_engine_deployment(spec(mode=mode), OWNER, Tier(2, 1), CTX)
+    pod = d["spec"]["template"]["spec"]
+    engine, sidecar = pod["containers"]
+    config = json.loads(engine["args"][engine["args"].index("--profiler-config") + 1])
+    # The same JSON vLLM's --profiler-config takes (vllm/config/profiler.py), no stacks, bounded steps.
+    assert config == {"profiler": "torch", "torch_profiler_dir": manifests.PROFILES_DIR, "torch_profiler_with_stack": False,
+                      "ignore_frontend": True, "max_iterations": manifests.PROFILE_MAX_ITERATIONS}
+    mount = {"name": manifests.PROFILES_VOLUME, "mountPath": manifests.PROFILES_DIR}
+    assert mount in engine["volumeMounts"] and sidecar["volumeMounts"] == [mount]
+    assert {"name": manifests.PROFILES_VOLUME, "emptyDir": {"sizeLimit": "2Gi"}} in pod["volumes"]
+    assert sidecar["command"] == ["kneepoint", "trace"] and sidecar["image"] == CTX.operator_image
+    assert sidecar["args"] == ["--watch", manifests.PROFILES_DIR, "--serve-metrics", "$(POD_IP):9464"]
+    assert sidecar["ports"] == [{"name": naming.TRACE_PORT_NAME, "containerPort": 9464, "protocol": "TCP"}]
+    assert "nvidia.com/gpu" not in json.dumps(sidecar["resources"])  # the GPUs are the engine's alone
+    job = manifests.build_load_test_job(spec(mode=mode), OWNER, Tier(2, 1), 1, CTX)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--profile-seconds") + 1] == "10"

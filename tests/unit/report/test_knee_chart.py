@@ -161,3 +161,12 @@ def test_recorded_example_still_matches_this_test_data():
     # The tests above quote the recording's numbers; fail loudly if the example changes.
     doc = yaml.safe_load(RECORDED.read_text(encoding="utf-8"))
     assert [t["outputTokensPerSecond"] for t in doc["status"]["tiers"][1:]] == [1235.68, 1897.09]
+
+
+def test_the_comm_share_of_each_tier_is_written_along_the_bottom():
+    tiers = [T(1, tps=1000, p99=900, comm_fraction=0.0, rank_skew_fraction=0.0), T(2, tps=1300, p99=800, comm_fraction=0.19, rank_skew_fraction=0.01),
+             T(4, tps=1400, p99=850)]
+    outcome = decide(spec(tp=(1, 2, 4)), tiers)
+    figure = build_knee_figure(outcome.tiers, outcome.decision, H200)
+    texts = sorted((t.get_position()[0], t.get_text()) for t in by_gid(figure, "comm"))
+    assert texts == [(1, "C 0.00\nskew 0.00"), (2, "C 0.19\nskew 0.01")]  # TP4 has none: nothing is drawn, nothing guessed

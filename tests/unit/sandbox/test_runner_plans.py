@@ -326,3 +326,25 @@ def test_mixed_node_without_gpu_request_uses_the_tp_flags() -> None:
     big = plan({"name": "engine", "image": "vllm/vllm-openai", "args": ["--model", "m", "--tensor-parallel-size=2", "-pp", "2"]}, node=node)
     assert small.env["KNEEPOINT_SIM_INTERCONNECT"] == "nvlink"
     assert big.env["KNEEPOINT_SIM_INTERCONNECT"] == "pcie"
+
+
+def test_an_emptydir_shared_by_two_containers_becomes_one_per_pod_directory() -> None:
+    from kneepoint.kube import manifests
+    from kneepoint.sandbox.runner_plans import emptydir_volumes
+
+    mount = [{"name": "profiles", "mountPath": "/var/run/kneepoint/profiles"}, {"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes = [{"name": "profiles", "emptyDir": {}}, {"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    engine = {"name": "engine", "image": "vllm/vllm-openai:v0.33.0", "args": ["--model", "m", "--profiler-config",
+              '{"profiler":"torch","torch_profiler_dir":"/var/run/kneepoint/profiles"}'], "volumeMounts": mount}
+    sidecar = {"name": "trace", "image": "ghcr.io/kneepoint/kneepoint:0.1.0", "command": ["kneepoint", "trace"],
+               "args": ["--watch", "/var/run/kneepoint/profiles", "--serve-metrics", "$(POD_IP):9464"],
+               "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}], "volumeMounts": mount[:1]}
+    p = pod([engine, sidecar], volumes=volumes)
+    assert emptydir_volumes(p) == ["profiles"]  # a Memory emptyDir (/dev/shm) stays where it is
+    dirs = {"profiles": "/state/pods/u-1/volumes/profiles"}
+    common = dict(python=PY, pod_ip=IP, host_ip="127.0.0.1", node=NODE, sources=EnvSources(), runtime_env={}, forced_env={},
+                  volume_dirs=dirs)
+    e, s = plan_container(p, engine, **common), plan_container(p, sidecar, **common)
+    assert '{"profiler":"torch","torch_profiler_dir":"/state/pods/u-1/volumes/profiles"}' in e.argv
+    assert list(s.argv) == [PY, "-m", "kneepoint", "trace", "--watch", "/state/pods/u-1/volumes/profiles", "--serve-metrics", f"{IP}:9464"]
+    assert manifests.PROFILES_DIR == "/var/run/kneepoint/profiles"

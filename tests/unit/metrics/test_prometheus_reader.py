@@ -1,0 +1,47 @@
+"""PrometheusReader.window against canned Prometheus answers: trace figures read at query time, GPUs one by one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kneepoint.metrics import promql
+from kneepoint.metrics.prometheus_reader import PrometheusReader
+
+
+def answers(expr: str) -> list[dict[str, Any]]:
+    if expr.startswith("max by (gpu, UUID)"):
+        return [{"metric": {"gpu": "1"}, "value": [0, "61440"]}, {"metric": {"gpu": "0"}, "value": [0, "62464"]}]
+    if expr.startswith("avg by (gpu, UUID)"):
+        return [{"metric": {"gpu": "0"}, "value": [0, "92"]}, {"metric": {"gpu": "1"}, "value": [0, "60"]}]
+    for name, value in ((promql.COMM_FRACTION, "0.19"), (promql.RANK_SKEW_FRACTION, "0.006"), (promql.PCIE_TX, "1e9"),
+                        (promql.PCIE_RX, "5e8"), (promql.NVLINK_TX, None), (promql.FB_USED, "62464"), (promql.KV_USAGE, "0.3"),
+                        (promql.PREEMPTIONS, "0"), (promql.GPU_UTIL, "76")):
+        if name in expr:
+            return [] if value is None else [{"metric": {}, "value": [0, value]}]
+    raise AssertionError(expr)
+
+
+async def test_trace_figures_are_read_at_query_time_and_gpus_one_by_one() -> None:
+    reader = PrometheusReader("http://prom:9090", scrape_interval_seconds=2.0, clock=lambda: 1300.0)
+    calls: list[tuple[str, float]] = []
+
+    def query(expr: str, at: float) -> list[dict[str, Any]]:
+        calls.append((expr, at))
+        return answers(expr)
+
+    reader._query = query  # type: ignore[method-assign]
+    w = await reader.window("ns", "exp-tp2-pp1", 1000.0, 1200.0)
+    assert w.error is None and w.missing == () and w.nvlink_bytes_per_second is None  # NVLink bytes: optional
+    assert (w.comm_fraction, w.rank_skew_fraction) == (0.19, 0.006)
+    trace_calls = [(e, at) for e, at in calls if "kneepoint_" in e]
+    assert len(trace_calls) == 2 and all(at == 1300.0 and "[300s]" in e for e, at in trace_calls)  # since the test's start
+    assert w.gpu_utilization_by_gpu == (0.92, 0.60) and w.fb_used_gib_by_gpu == (61.0, 60.0)  # ordered by gpu label
+    assert w.pcie_bytes_per_second == 1.5e9
+
+
+async def test_untraced_tiers_do_not_wait_for_the_trace_figures() -> None:
+    reader = PrometheusReader("http://prom:9090", clock=lambda: 1300.0)
+    reader._query = lambda expr, at: [] if "kneepoint_" in expr else answers(expr)  # type: ignore[method-assign]
+    assert (await reader.window("ns", "exp-tp8-pp2", 1000.0, 1200.0)).missing != ()
+    w = await reader.window("ns", "exp-tp8-pp2", 1000.0, 1200.0, traced=False)
+    assert promql.COMM_FRACTION not in w.missing and w.comm_fraction is None
