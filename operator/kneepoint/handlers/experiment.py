@@ -55,9 +55,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.operator_settings = operator_settings
     metrics = OperatorMetrics()
     count = metrics.api_requests
+    elector = memo.get("elector")  # set by `kneepoint operator` once it leads; absent in tools that drive kopf themselves
     memo.reconciler = Reconciler(
         ChildReader(api, on_request=lambda method: count.labels(method).inc()),
-        ChildWriter(api, on_request=lambda method: count.labels(method).inc()),
+        ChildWriter(api, on_request=lambda method: count.labels(method).inc(), fence=elector.fence if elector else None),
         operator_settings,
         metrics=metrics,
     )
