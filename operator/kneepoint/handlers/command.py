@@ -59,6 +59,12 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
         or _context_namespace()
         or "default"
     )
+    from kneepoint.handlers.experiment import serve_metrics
+    from kneepoint.operator_metrics import OperatorMetrics
+
+    metrics = memo.metrics = OperatorMetrics()
+    serve_metrics(metrics, settings)
+    metrics.leader.set(0)
     elector = le.LeaseElector(api, namespace, name, le.default_identity(), timing, le.scope_text(settings.namespaces))
     scope = ",".join(settings.namespaces) or "all namespaces"
 
@@ -69,6 +75,7 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
         )
 
     await elector.acquire(on_standby=standby)
+    metrics.leader.set(1)
     log.info("Leading: Lease %s/%s (scope: %s) as %s", namespace, name, scope, elector.identity)
     memo.elector = elector
     operator = asyncio.ensure_future(

@@ -94,8 +94,9 @@ def scope_text(namespaces: tuple[str, ...] | list[str]) -> str:
 
 
 def default_identity() -> str:
-    """Host (the pod name in a cluster) plus a random part, as client-go: a restarted process is a new candidate."""
-    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    """The pod's name (KNEEPOINT_POD_NAME, from the chart) or the host's, plus a random part, as client-go:
+    a restarted process is a new candidate."""
+    return f"{os.environ.get('KNEEPOINT_POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 def in_cluster_namespace() -> str | None:
