@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-## demo: bring up the sandbox, run the operator, apply deploy/examples/experiment.yaml, watch it decide
+## demo: bring up the sandbox, run the operator, apply deploy/examples/experiment.yaml, watch it decide;
+## it removes what it started at the end (make demo DEMO_ARGS=--keep leaves it running)
 demo: $(STAMP)
-	$(BIN)/kneepoint demo
+	$(BIN)/kneepoint demo $(DEMO_ARGS)
 
 ## test: the whole suite (unit, contract, integration in the sandbox, reduced benchmarks)
 test: $(STAMP)

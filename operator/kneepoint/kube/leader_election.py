@@ -95,7 +95,11 @@ def scope_text(namespaces: tuple[str, ...] | list[str]) -> str:
 
 def default_identity() -> str:
     """The pod's name (KNEEPOINT_POD_NAME, from the chart) or the host's, plus a random part, as client-go:
-    a restarted process is a new candidate."""
+    a restarted process is a new candidate. KNEEPOINT_LEADER_IDENTITY sets it exactly, for a process restarted
+    in place that may reclaim its own Lease at once (never give two live processes the same one)."""
+    fixed = os.environ.get("KNEEPOINT_LEADER_IDENTITY")
+    if fixed:
+        return fixed
     return f"{os.environ.get('KNEEPOINT_POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
