@@ -267,3 +267,34 @@ async def test_the_child_writer_makes_no_call_once_the_fence_closes() -> None:
     with pytest.raises(le.LeadershipLost):
         await writer.create({"kind": "Job", "metadata": {"namespace": "ns", "name": "j"}})
     assert calls == []
+
+
+def test_a_local_operator_finds_the_namespace_of_the_held_lease_of_its_scope() -> None:
+    def lease(namespace: str, holder: str | None, renewed: str) -> dict[str, Any]:
+        return {"metadata": {"name": "kneepoint-operator-all", "namespace": namespace},
+                "spec": {"holderIdentity": holder, "renewTime": renewed}}
+
+    class Listing:
+        def __init__(self, items: list[dict[str, Any]] | None, status: int = 200) -> None:
+            self.items, self.status, self.selectors = items, status, []
+
+        def list_lease_for_all_namespaces(self, field_selector: str, **_: Any) -> Any:
+            self.selectors.append(field_selector)
+            if self.items is None:
+                raise ApiException(status=self.status, reason="Forbidden")
+            return client.ApiClient().deserialize(json.dumps({"items": self.items}), "V1LeaseList", "application/json")
+
+    api = Listing([lease("old", None, "2026-01-01T00:00:00.000000Z"), lease("kneepoint-system", "pod-a_1", "2026-01-01T00:00:01.000000Z")])
+    assert le.find_lease_namespace(api, "kneepoint-operator-all") == "kneepoint-system"
+    assert api.selectors == ["metadata.name=kneepoint-operator-all"]
+    assert le.find_lease_namespace(Listing([]), "x") is None
+    assert le.find_lease_namespace(Listing(None, 403), "x") is None
+
+
+def test_a_fixed_identity_is_used_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KNEEPOINT_LEADER_IDENTITY", "op-1")
+    assert le.default_identity() == "op-1"
+    monkeypatch.delenv("KNEEPOINT_LEADER_IDENTITY")
+    monkeypatch.setenv("KNEEPOINT_POD_NAME", "kneepoint-7f-abcde")
+    first, second = le.default_identity(), le.default_identity()
+    assert first.startswith("kneepoint-7f-abcde_") and first != second
