@@ -27,6 +27,8 @@ import yaml
 DEMO_NAMESPACE = "kneepoint-demo"
 OPERATOR_NAMESPACE = "kneepoint-system"
 RELEASE = "kneepoint"
+LEASE_RELEASE_SECONDS = 45.0
+"""Bound on the wait for an uninstalled operator to release its Lease (its pods' 30 s grace period, and some)."""
 
 
 def _say(line: str) -> None:
@@ -114,11 +116,42 @@ class _Cleanup:
         if self.namespace_created:
             subprocess.run([*self.kubectl, "delete", "namespace", self.namespace, "--wait=false"], capture_output=True, text=True)
         if self.release_installed and self.helm is not None:
-            # The operator pods stop on SIGTERM and release their Lease.
             subprocess.run([*self.helm, "uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait", "--timeout", "60s"],
                            capture_output=True, text=True)
+            self._lease_released()
         if started:
             controlplane.down(only=started, say=lambda line: None)
+
+
+    def _lease_released(self, timeout: float = LEASE_RELEASE_SECONDS) -> None:
+        """Wait until the uninstalled operator has let go of its Lease, then delete it.
+
+        The pods are gone from the API before their processes end: the leader releases the Lease
+        on SIGTERM a moment later. Until then a test session started next would see an operator
+        leading every namespace.
+        """
+        from kneepoint.kube.leader_election import ElectionTiming, lease_name
+
+        lease = [*self.kubectl, "-n", OPERATOR_NAMESPACE, "get", "lease", lease_name(()), "-o",
+                 "jsonpath={.spec.holderIdentity}|{.spec.renewTime}"]
+        deadline = time.monotonic() + timeout
+        last, changed = None, time.monotonic()
+        while time.monotonic() < deadline:
+            proc = subprocess.run(lease, capture_output=True, text=True)
+            record = proc.stdout.strip()
+            if proc.returncode != 0 or not record.split("|")[0]:  # gone, or released
+                break
+            if record != last:
+                last, changed = record, time.monotonic()
+            elif time.monotonic() - changed > ElectionTiming().lease_duration:
+                break  # not renewed for a lease duration: its holder is gone (killed without releasing)
+            time.sleep(1.0)
+        else:
+            click.echo(f"warning: the operator's Lease {OPERATOR_NAMESPACE}/{lease_name(())} is still held after {timeout:.0f} s",
+                       err=True)
+            return
+        subprocess.run([*self.kubectl, "-n", OPERATOR_NAMESPACE, "delete", "lease", lease_name(()), "--ignore-not-found"],
+                       capture_output=True, text=True)
 
 
 def _demo(root: Path, sandbox: Any, found: Any, kubectl: list[str], experiment_path: Path, namespace: str, name: str, png: Path,

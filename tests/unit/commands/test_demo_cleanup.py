@@ -33,10 +33,13 @@ def test_in_a_running_sandbox_it_removes_its_experiment_namespace_and_release_on
     cleanup = demo._Cleanup(SimpleNamespace(started=[]), ["kubectl"], "kneepoint-demo", "x")
     cleanup.helm, cleanup.release_installed, cleanup.namespace_created = ["helm"], True, True
     cleanup.run()
-    assert [c[:4] for c in calls] == [
-        ["kubectl", "-n", "kneepoint-demo", "delete"],  # the experiment first, while the operator removes its finalizer
-        ["kubectl", "delete", "namespace", "kneepoint-demo"],
-        ["helm", "uninstall", demo.RELEASE, "--namespace"],
+    assert [c[:5] for c in calls] == [
+        ["kubectl", "-n", "kneepoint-demo", "delete", "pexp"],  # the experiment first, while the operator removes its finalizer
+        ["kubectl", "delete", "namespace", "kneepoint-demo", "--wait=false"],
+        ["helm", "uninstall", demo.RELEASE, "--namespace", demo.OPERATOR_NAMESPACE],
+        # its pods' processes end after the pods are gone: wait for the Lease to be released, then remove it
+        ["kubectl", "-n", demo.OPERATOR_NAMESPACE, "get", "lease"],
+        ["kubectl", "-n", demo.OPERATOR_NAMESPACE, "delete", "lease"],
     ]
 
 
