@@ -6,6 +6,8 @@
 - the leader SIGKILLed in the middle of a tier: the standby takes over within the lease
   duration plus a retry (the takeover time is measured) and finishes the ladder without
   measuring a tier twice;
+- the leader's Lease overwritten with another holder: it exits within a retry period and
+  writes nothing more; a new candidate takes over once that record expires;
 - the chart installed with ``replicas: 2`` and its Deployment rolled (``kubectl rollout
   restart``) in the middle of an experiment: the new pods wait as standbys, the old leader
   releases the Lease on SIGTERM, a new pod leads, and the experiment finishes as if
@@ -23,6 +25,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +198,56 @@ def test_leader_sigkilled_mid_tier_the_standby_finishes_without_measuring_twice(
     print(f"takeover after SIGKILL: {takeover:.1f} s")
     FaultLog().record("leader-election", "leader SIGKILLed while tp1 load-tests", True, takeover_seconds=round(takeover, 1),
                       duplicates=0, tiers_measured_twice=0)  # fmt: skip
+
+
+def test_a_leader_that_sees_its_lease_taken_stops_at_once_and_writes_nothing_more(
+    sandbox: Any, cluster: Cluster, scope: str, tmp_path: Path
+) -> None:
+    name = f"taken-{uuid.uuid4().hex[:4]}"
+    lease = lease_name((scope,))
+    first, second = ops = _operators(sandbox, tmp_path, scope, 2)
+    coordination = client.CoordinationV1Api(cluster.api)
+    with ChildLedger(cluster.api, {scope}) as ledger:
+        try:
+            first.start()
+            _wait("the first operator to lead", lambda: _holder(cluster, lease) == _identity(first), 60)
+            cluster.apply(experiment(name, scope))
+            cluster.wait(scope, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting",
+                         interval=0.1)  # fmt: skip
+            # Someone else's record in the Lease, as after a takeover the old leader did not notice.
+            body = coordination.read_namespaced_lease(lease, LEASE_NAMESPACE)
+            body.spec.holder_identity = "intruder"
+            body.spec.renew_time = datetime.now(timezone.utc)
+            coordination.replace_namespaced_lease(lease, LEASE_NAMESPACE, body)
+            taken = time.monotonic()
+            first.proc.wait(timeout=30)
+            stopped = time.monotonic() - taken
+            snapshot = len(ledger.snapshot())
+            status_then = cluster.status(scope, name)
+            time.sleep(5)
+            # Nothing more from it: no child changed by the operator, status as it left it.
+            # (created or deleted: changes of their status come from the cluster's controllers)
+            children_after = [s for s in ledger.snapshot()[snapshot:]
+                              if s.kind in ("Deployment", "Service", "Job", "ConfigMap") and s.type in ("ADDED", "DELETED")]
+            assert cluster.status(scope, name) == status_then
+            # A new candidate waits for the intruder's record to expire, then finishes the ladder.
+            second.start()
+            final = cluster.wait_finished(scope, name, 240)
+            first_log = first.logs()
+        finally:
+            _cleanup(cluster, scope, ops)
+
+    assert first.proc.returncode == 3, first.proc.returncode
+    assert stopped <= DEFAULTS.retry_period + 3, stopped
+    assert "is held by intruder, not by this process" in first_log and "Lost the leadership" in first_log, first_log[-3000:]
+    assert children_after == [], children_after
+    assert final["phase"] == "Decided", final.get("message")
+    assert [(t["name"], t["phase"], t["attempts"]) for t in final["tiers"]] == [("tp1-pp1", "Measured", 1), ("tp2-pp1", "Measured", 1)]
+    assert ledger.duplicates(namespace=scope) == {}
+    _no_event_twice(cluster, scope, name)
+    print(f"lease taken: the leader exited {stopped:.1f} s later")
+    FaultLog().record("leader-election", "Lease overwritten by another holder while tp1 load-tests", True,
+                      stopped_seconds=round(stopped, 1), writes_after=len(children_after))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the chart, two replicas
