@@ -46,7 +46,9 @@ def _context_namespace() -> str | None:
 
 
 async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_namespace: str | None) -> None:
+    from kneepoint.handlers.experiment import serve_metrics
     from kneepoint.kube import leader_election as le
+    from kneepoint.operator_metrics import OperatorMetrics
 
     timing = le.timing_from_env()
     api = _election_client()
@@ -59,9 +61,7 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
         or _context_namespace()
         or "default"
     )
-    from kneepoint.handlers.experiment import serve_metrics
-    from kneepoint.operator_metrics import OperatorMetrics
-
+    # /metrics before the election: a standby is Ready too (the chart's readiness probe, its PDB).
     metrics = memo.metrics = OperatorMetrics()
     serve_metrics(metrics, settings)
     metrics.leader.set(0)
@@ -94,7 +94,7 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
         logging.shutdown()
         os._exit(LOST_EXIT_CODE)
     hold.cancel()
-    if await asyncio.to_thread(elector.release):
+    if await elector.release_after_renewals():
         log.info("Released Lease %s/%s", namespace, name)
     operator.result()
 

@@ -311,6 +311,10 @@ class LeaseElector:
     def _remaining(self) -> float:
         return (self.renewed_at or 0.0) + self.timing.renew_deadline - self.clock()
 
+    async def release_after_renewals(self) -> bool:
+        """``release`` on the elector's own thread, so it runs after any renew still in flight (no 409 between them)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.release)
+
     def release(self) -> bool:
         """Give the lease up (on a clean stop) so a standby takes over at its next retry, not after lease_duration."""
         if not self.is_leader():
