@@ -301,6 +301,17 @@ def test_rolling_update_of_the_charts_two_replicas_mid_experiment(sandbox: Any, 
         assert len(before) == 2
         holder = _wait("one of the two pods to lead", lambda: _holder(cluster, lease, system), 90)
         assert holder.split("_")[0] in before
+        # A local `kneepoint operator` of the same scope finds the chart's Lease and stands by, saying so in one line.
+        local = OperatorProcess(sandbox, tmp_path / "local", extra_env={"KNEEPOINT_NAMESPACES": team})
+        local.start()
+        try:
+            _wait("the local operator to stand by", lambda: "Standby: Lease" in local.logs(), 60, interval=0.5)
+            time.sleep(3)
+            local_log = local.logs()
+        finally:
+            local.stop()
+        assert local_log.count("Standby: Lease") == 1 and f"Lease {system}/{lease} " in local_log, local_log[-2000:]
+        assert f"held by {holder}" in local_log and "Leading" not in local_log
         with ChildLedger(cluster.api, {team}) as ledger:
             cluster.apply(experiment(name, team))
             cluster.wait(team, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting",
