@@ -87,8 +87,14 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
         )
     )
     hold = asyncio.ensure_future(elector.hold())
-    done, _ = await asyncio.wait({operator, hold}, return_when=asyncio.FIRST_COMPLETED)
-    if hold in done:
+    while True:
+        done, _ = await asyncio.wait({operator, hold}, return_when=asyncio.FIRST_COMPLETED)
+        if operator in done:
+            break
+        if hold.cancelled():
+            # Cancelled from outside (kopf cancels the loop's other tasks while it stops): renew until it has stopped.
+            hold = asyncio.ensure_future(elector.hold())
+            continue
         # The fence already refuses our writes; exiting now also stops kopf's own (finalizers, annotations).
         log.error("Lost the leadership of Lease %s/%s: exiting without another write", namespace, name)
         logging.shutdown()

@@ -178,8 +178,10 @@ class LeaseElector:
         # A thread of its own: the operator's API threads may all be busy, and a renew must not queue behind them.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kneepoint-lease")
 
-    async def _round(self) -> bool:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.try_acquire_or_renew)
+    def _round(self) -> "asyncio.Future[bool]":
+        # A Future, not a coroutine: asyncio.wait_for then creates no Task for it. kopf cancels every Task created
+        # after its start when it stops, and a cancelled renew would end ``hold`` as if the lease were lost.
+        return asyncio.get_running_loop().run_in_executor(self._executor, self.try_acquire_or_renew)
 
     # ---------------------------------------------------------------- the fence
     def is_leader(self) -> bool:
