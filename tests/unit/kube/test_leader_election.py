@@ -298,3 +298,22 @@ def test_a_fixed_identity_is_used_as_it_is(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("KNEEPOINT_POD_NAME", "kneepoint-7f-abcde")
     first, second = le.default_identity(), le.default_identity()
     assert first.startswith("kneepoint-7f-abcde_") and first != second
+
+
+async def test_hold_survives_kopf_cancelling_every_task_created_after_it_started() -> None:
+    # kopf, when it stops, cancels every Task of the loop created after its start: the renew loop must
+    # make none of its own, or a clean stop would end it as a lost lease (and skip the release).
+    api = FakeLeases()
+    a = le.LeaseElector(api, "ns", "lease", "a", le.ElectionTiming(lease_duration=30, renew_deadline=20, retry_period=0.01))
+    await a.acquire()
+    hold = asyncio.ensure_future(a.hold())
+    existing = asyncio.all_tasks()
+    writes = api.writes
+    for _ in range(100):
+        await asyncio.sleep(0.002)
+        for task in asyncio.all_tasks() - existing:
+            task.cancel()
+    assert not hold.done()
+    assert a.is_leader() and api.writes > writes  # it went on renewing
+    hold.cancel()
+    assert a.release() is True
