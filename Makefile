@@ -23,9 +23,10 @@ $(STAMP): pyproject.toml $(LOCKS)
 	$(BIN)/python -m pip check
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-## demo: bring up the sandbox, run the operator, apply deploy/examples/experiment.yaml, watch it decide
+## demo: bring up the sandbox, run the operator, apply deploy/examples/experiment.yaml, watch it decide;
+## it removes what it started at the end (make demo DEMO_ARGS=--keep leaves it running)
 demo: $(STAMP)
-	$(BIN)/kneepoint demo
+	$(BIN)/kneepoint demo $(DEMO_ARGS)
 
 ## test: the whole suite (unit, contract, integration in the sandbox, reduced benchmarks)
 test: $(STAMP)

@@ -35,6 +35,8 @@ class OperatorMetrics:
             ["method"],
             registry=self.registry,
         )
+        self.leader = Gauge("kneepoint_operator_leader", "1 while this process holds the leader-election Lease, 0 as a standby.",
+                            registry=self.registry)
         self.decisions = Counter("kneepoint_decisions_total", "Decisions made, by rule.", ["rule"], registry=self.registry)
         self._phases: dict[str, str] = {}
         for phase in PHASES:

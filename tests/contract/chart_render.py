@@ -35,6 +35,14 @@ OPERATOR_MODULES = sorted(
 )
 NAMESPACE = "namespace"
 CLUSTER = "cluster"
+OWN = "release-namespace"
+"""Scope of what the operator does in its own namespace only: its leader-election Lease."""
+OWN_NAMESPACE_RESOURCES = {("coordination.k8s.io", "leases")}
+LOCAL_ONLY_METHODS = {
+    # A `kneepoint operator` outside the cluster looks for the chart's Lease to join its election
+    # (leader_election.find_lease_namespace); in a pod, KNEEPOINT_LEASE_NAMESPACE is set and this is never called.
+    "list_lease_for_all_namespaces",
+}
 
 # Client classes the operator uses, and the API group each one serves.
 API_GROUPS: dict[type, str] = {
@@ -43,6 +51,7 @@ API_GROUPS: dict[type, str] = {
     client.BatchV1Api: "batch",
     client.EventsV1Api: "events.k8s.io",
     client.CustomObjectsApi: naming.GROUP,
+    client.CoordinationV1Api: "coordination.k8s.io",
 }
 VERBS = {"read": "get", "get": "get", "list": "list", "create": "create", "replace": "update", "patch": "patch", "delete": "delete"}
 CLUSTER_SCOPED = {"nodes", "namespaces", "persistentvolumes", "customresourcedefinitions"}
@@ -133,6 +142,8 @@ def client_call_permissions(path: Path) -> set[Permission]:
         if isinstance(node, ast.Attribute) and node.attr in methods:
             if node.attr == "get_api_resources":
                 continue  # API discovery: every authenticated user may read it (system:discovery)
+            if node.attr in LOCAL_ONLY_METHODS:
+                continue
             match = _METHOD.match(node.attr)
             assert match is not None
             cls = methods[node.attr]
@@ -144,6 +155,8 @@ def client_call_permissions(path: Path) -> set[Permission]:
                 resource += "/" + match["sub"][1:]  # pods/status, pods/log
             namespaced = match["ns"] == "namespaced_" and not match["all"]
             scope = NAMESPACE if namespaced and resource not in CLUSTER_SCOPED else CLUSTER
+            if namespaced and (group, resource) in OWN_NAMESPACE_RESOURCES:
+                scope = OWN
             out.add(Permission(group, resource, VERBS[match["verb"]], scope, f"{path.name}: {node.attr}"))
     return out
 

@@ -17,6 +17,7 @@ from chart_render import (
     CHART,
     CLUSTER,
     NAMESPACE,
+    OWN,
     ROOT,
     operator_permissions,
     render,
@@ -116,8 +117,11 @@ def test_default_render_has_the_operator_and_cluster_wide_rbac_only(helm: Path, 
     kinds = sorted((d["apiVersion"], d["kind"]) for d in docs)
     assert kinds == [
         ("apps/v1", "Deployment"),
+        ("policy/v1", "PodDisruptionBudget"),
         ("rbac.authorization.k8s.io/v1", "ClusterRole"),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
         ("v1", "Service"),
         ("v1", "ServiceAccount"),
     ]
@@ -132,6 +136,7 @@ def test_everything_on_renders_every_kind_with_its_api_version(helm: Path, tmp_p
     assert kinds == {
         ("apps/v1", "Deployment"),
         ("apps/v1", "DaemonSet"),
+        ("policy/v1", "PodDisruptionBudget"),
         ("v1", "ServiceAccount"),
         ("v1", "Service"),
         ("v1", "ConfigMap"),
@@ -146,11 +151,12 @@ def test_everything_on_renders_every_kind_with_its_api_version(helm: Path, tmp_p
     assert len(names) == len(set(names)), "two objects with the same kind, namespace and name"
 
 
-def test_operator_deployment_is_single_non_root_read_only(helm: Path, tmp_path: Path) -> None:
+def test_operator_deployment_is_non_root_read_only_and_rolls_with_a_standby(helm: Path, tmp_path: Path) -> None:
     deployment = _one(render(helm, tmp_path=tmp_path), "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    # Two replicas, one leading (leader election); a rolling update never removes the old pod before the new one runs.
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = spec["template"]["spec"]
     assert pod["securityContext"] == {
         "runAsNonRoot": True,
@@ -172,6 +178,34 @@ def test_operator_deployment_is_single_non_root_read_only(helm: Path, tmp_path: 
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/tmp"}
     assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+
+
+def test_leader_election_values_reach_the_operator(helm: Path, tmp_path: Path) -> None:
+    from kneepoint.kube.leader_election import ElectionTiming, timing_from_env
+
+    (container,) = _one(render(helm, tmp_path=tmp_path), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert timing_from_env(_env(container)) == ElectionTiming(), "the chart's defaults must be the elector's own"
+    downward = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e}
+    assert downward["KNEEPOINT_LEASE_NAMESPACE"] == "metadata.namespace"
+    assert downward["KNEEPOINT_POD_NAME"] == "metadata.name"
+    values = {"leaderElection": {"leaseDurationSeconds": 30, "renewDeadlineSeconds": 20, "retryPeriodSeconds": 4}}
+    (container,) = _one(render(helm, values, tmp_path=tmp_path), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert timing_from_env(_env(container)) == ElectionTiming(30, 20, 4)
+
+
+def test_pdb_keeps_one_operator_pod_and_is_absent_for_one_replica(helm: Path, tmp_path: Path) -> None:
+    docs = render(helm, tmp_path=tmp_path)
+    pdb = _one(docs, "PodDisruptionBudget")
+    pod_labels = _one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
+        "topologyKey"] == "kubernetes.io/hostname"
+    single = render(helm, {"replicas": 1}, tmp_path=tmp_path)
+    assert not _by_kind(single, "PodDisruptionBudget")
+    assert "affinity" not in _one(single, "Deployment")["spec"]["template"]["spec"]
+    assert _one(single, "Deployment")["spec"]["replicas"] == 1
 
 
 def test_default_images_are_the_operators_own_default() -> None:
@@ -267,7 +301,7 @@ def test_cluster_wide_rbac_grants_exactly_what_the_code_calls(helm: Path, tmp_pa
     docs = render(helm, tmp_path=tmp_path)
     role = _one(docs, "ClusterRole")
     granted = {(g, r, v) for g, r, v, _ in rule_permissions(role["rules"], CLUSTER)}
-    needed = {(g, r, v) for g, r, v, _ in _keys(operator_permissions(clusterwide=True))}
+    needed = {(g, r, v) for g, r, v, scope in _keys(operator_permissions(clusterwide=True)) if scope != OWN}
     assert granted - needed == set(), f"granted but never used by the code: {sorted(granted - needed)}"
     assert needed - granted == set(), f"used by the code but not granted: {sorted(needed - granted)}"
     binding = _one(docs, "ClusterRoleBinding")
@@ -275,14 +309,31 @@ def test_cluster_wide_rbac_grants_exactly_what_the_code_calls(helm: Path, tmp_pa
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kneepoint", "namespace": "kneepoint-system"}]
 
 
+@pytest.mark.parametrize("values", [{}, {"watchNamespaces": ["team-a"]}], ids=["cluster-wide", "namespaced"])
+def test_leader_election_rbac_is_leases_in_the_release_namespace_only(helm: Path, tmp_path: Path, values: dict[str, Any]) -> None:
+    docs = render(helm, values, tmp_path=tmp_path)
+    role = _one(docs, "Role", "kneepoint-leader-election")
+    assert role["metadata"]["namespace"] == "kneepoint-system"
+    needed = _keys(operator_permissions(clusterwide=not values), OWN)
+    assert rule_permissions(role["rules"], OWN) == needed == {
+        ("coordination.k8s.io", "leases", verb, OWN) for verb in ("get", "create", "update")
+    }
+    binding = _one(docs, "RoleBinding", "kneepoint-leader-election")
+    assert binding["metadata"]["namespace"] == "kneepoint-system"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kneepoint-leader-election"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kneepoint", "namespace": "kneepoint-system"}]
+    for doc in _by_kind(docs, "ClusterRole"):
+        assert not any("leases" in rule.get("resources", []) for rule in doc["rules"])
+
+
 def test_namespaced_rbac_keeps_writes_inside_the_watched_namespaces(helm: Path, tmp_path: Path) -> None:
     docs = render(helm, {"watchNamespaces": ["team-a", "team-b"]}, tmp_path=tmp_path)
     needed = operator_permissions(clusterwide=False)
-    roles = _by_kind(docs, "Role")
+    roles = [r for r in _by_kind(docs, "Role") if r["metadata"]["name"] == "kneepoint"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         assert rule_permissions(role["rules"], NAMESPACE) == _keys(needed, NAMESPACE)
-    bindings = _by_kind(docs, "RoleBinding")
+    bindings = [b for b in _by_kind(docs, "RoleBinding") if b["metadata"]["name"] == "kneepoint"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for binding in bindings:
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kneepoint", "namespace": "kneepoint-system"}]

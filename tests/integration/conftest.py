@@ -107,7 +107,10 @@ class OperatorProcess:
         self.sandbox = sandbox
         self.kubeconfig = kubeconfig or sandbox.kubeconfig
         self.log_dir = log_dir
-        self.extra_env = extra_env or {}
+        # One leader-election identity for every start of this object: a restart after a kill is
+        # the same candidate and reclaims its Lease at once, as a pod restarted in place with a
+        # fixed name would (test_faults_leader starts distinct objects to test the election).
+        self.extra_env = {"KNEEPOINT_LEADER_IDENTITY": f"test-operator-{uuid.uuid4().hex[:8]}", **(extra_env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -163,9 +166,38 @@ class OperatorProcess:
 SESSION_PREFIX = f"t{uuid.uuid4().hex[:4]}"
 
 
+def leaders_of_every_namespace(sandbox: SandboxHandle) -> list[str]:
+    """Live kneepoint operators whose scope is every namespace (``kneepoint demo --keep`` leaves one):
+    "<lease namespace>/<lease name> held by <identity>" for each Lease renewed within its duration."""
+    from datetime import datetime, timezone
+
+    from kubernetes import client as k8s
+
+    from kneepoint.kube.leader_election import SCOPE_ANNOTATION
+
+    with sandbox.api_client() as api:
+        leases = k8s.CoordinationV1Api(api).list_lease_for_all_namespaces(label_selector="app.kubernetes.io/name=kneepoint").items
+    now = datetime.now(timezone.utc)
+    out = []
+    for lease in leases:
+        spec = lease.spec
+        if (lease.metadata.annotations or {}).get(SCOPE_ANNOTATION) != "*" or not spec or not spec.holder_identity:
+            continue
+        if spec.renew_time and (now - spec.renew_time).total_seconds() <= (spec.lease_duration_seconds or 15) + 5:
+            out.append(f"{lease.metadata.namespace}/{lease.metadata.name} held by {spec.holder_identity}")
+    return out
+
+
 @pytest.fixture(scope="session")
 def operator(sandbox: SandboxHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     """One operator for the session, watching this session's test namespaces (``SESSION_PREFIX-*``)."""
+    foreign = leaders_of_every_namespace(sandbox)
+    if foreign:
+        # It would drive this session's experiments too: every event and child twice.
+        pytest.exit(
+            f"an operator watching every namespace runs in the sandbox ({'; '.join(foreign)}), e.g. from `kneepoint demo --keep`; "
+            "stop it (`kneepoint sandbox down`) or run the tests on a second sandbox (docs/reliability.md: "
+            "KNEEPOINT_SANDBOX_DIR, KNEEPOINT_SANDBOX_PORT_OFFSET, KNEEPOINT_SANDBOX_POD_CIDR)", returncode=4)
     op = OperatorProcess(sandbox, tmp_path_factory.mktemp("operator"), extra_env={"KNEEPOINT_NAMESPACES": f"{SESSION_PREFIX}-*"})
     op.start()
     try:

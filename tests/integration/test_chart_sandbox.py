@@ -95,6 +95,8 @@ def install(sandbox: Any, helm: Path, tmp_path_factory: pytest.TempPathFactory) 
     for ns in (inst.namespace, inst.team, inst.other):
         sandbox.kubectl("create", "namespace", ns)
     values = {
+        # One pod: the memory and CPU figures below are the leader's (test_faults_leader runs two replicas).
+        "replicas": 1,
         "watchNamespaces": [inst.team],
         # The sandbox runs pods as host processes: a metrics server would listen on every
         # interface of this machine (the network rule allows loopback only).

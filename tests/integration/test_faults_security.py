@@ -143,8 +143,9 @@ def test_operator_with_only_its_service_account_runs_an_experiment_and_never_sho
     with sandbox.api_client() as admin_api:
         cluster = Cluster(admin_api)
         cluster.core.create_namespaced_secret(install.team, {"metadata": {"name": "hf-token"}, "stringData": {"token": token}})
+        # The Lease where the chart's pod keeps it (its Role allows leases there only).
         op = OperatorProcess(sandbox, tmp_path / "sa-operator", kubeconfig=install.kubeconfig,
-                             extra_env={"KNEEPOINT_NAMESPACES": install.team})  # fmt: skip
+                             extra_env={"KNEEPOINT_NAMESPACES": install.team, "KNEEPOINT_LEASE_NAMESPACE": install.system})  # fmt: skip
         op.start()
         try:
             cluster.apply(experiment(stray, install.other, {"tiers": {"tensorParallel": [1]}}))

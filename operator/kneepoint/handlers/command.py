@@ -1,4 +1,11 @@
-"""``kneepoint operator``: run the operator (the Helm chart runs the same entrypoint)."""
+"""``kneepoint operator``: run the operator (the Helm chart runs the same entrypoint).
+
+Before kopf starts, the process takes part in leader election on a Lease for its scope
+(kube/leader_election.py): a standby waits, saying so once, and only the leader runs kopf.
+A leader that misses its renew deadline exits at once (its writes are fenced before that);
+on a clean stop (SIGTERM, Ctrl-C) it releases the Lease so a standby takes over at its next
+retry. kopf's own peering stays off (standalone): the Lease is the one election.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +14,105 @@ import dataclasses
 import logging
 import os
 import sys
+from typing import Any
 
 import click
 import kopf
 
 from kneepoint.settings import OperatorSettings
 
+log = logging.getLogger("kneepoint.operator")
+LOST_EXIT_CODE = 3
+"""Exit status of a leader that lost its Lease (the Deployment restarts it; it rejoins as a standby)."""
+
+
+def _election_client() -> Any:
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.CoordinationV1Api(client.ApiClient(client.Configuration.get_default_copy()))
+
+
+def _context_namespace() -> str | None:
+    from kubernetes import config
+
+    try:
+        _, active = config.list_kube_config_contexts()
+    except Exception:  # in-cluster, or no kubeconfig
+        return None
+    return (active or {}).get("context", {}).get("namespace")
+
+
+async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_namespace: str | None) -> None:
+    from kneepoint.handlers.experiment import serve_metrics
+    from kneepoint.kube import leader_election as le
+    from kneepoint.operator_metrics import OperatorMetrics
+
+    timing = le.timing_from_env()
+    api = _election_client()
+    name = le.lease_name(settings.namespaces)
+    namespace = (
+        lease_namespace
+        or le.in_cluster_namespace()
+        # A local process joins the election of an install that already runs (the chart's namespace).
+        or await asyncio.to_thread(le.find_lease_namespace, api, name)
+        or _context_namespace()
+        or "default"
+    )
+    # /metrics before the election: a standby is Ready too (the chart's readiness probe, its PDB).
+    metrics = memo.metrics = OperatorMetrics()
+    serve_metrics(metrics, settings)
+    metrics.leader.set(0)
+    elector = le.LeaseElector(api, namespace, name, le.default_identity(), timing, le.scope_text(settings.namespaces))
+    scope = ",".join(settings.namespaces) or "all namespaces"
+
+    def standby(holder: str | None) -> None:
+        log.warning(
+            "Standby: Lease %s/%s (scope: %s) is held by %s; this process takes over if that one stops renewing it "
+            "(use --namespace to run an operator of its own scope)", namespace, name, scope, holder,
+        )
+
+    await elector.acquire(on_standby=standby)
+    metrics.leader.set(1)
+    log.info("Leading: Lease %s/%s (scope: %s) as %s", namespace, name, scope, elector.identity)
+    memo.elector = elector
+    operator = asyncio.ensure_future(
+        kopf.operator(
+            clusterwide=not settings.namespaces,
+            namespaces=list(settings.namespaces),
+            standalone=True,
+            memo=memo,
+        )
+    )
+    hold = asyncio.ensure_future(elector.hold())
+    while True:
+        done, _ = await asyncio.wait({operator, hold}, return_when=asyncio.FIRST_COMPLETED)
+        if operator in done:
+            break
+        if hold.cancelled():
+            # Cancelled from outside (kopf cancels the loop's other tasks while it stops): renew until it has stopped.
+            hold = asyncio.ensure_future(elector.hold())
+            continue
+        # The fence already refuses our writes; exiting now also stops kopf's own (finalizers, annotations).
+        log.error("Lost the leadership of Lease %s/%s: exiting without another write", namespace, name)
+        logging.shutdown()
+        os._exit(LOST_EXIT_CODE)
+    hold.cancel()
+    if await elector.release_after_renewals():
+        log.info("Released Lease %s/%s", namespace, name)
+    operator.result()
+
 
 @click.command("operator")
-@click.option("--namespace", "-n", "namespaces", multiple=True, help="Watch only these namespaces (repeatable); default all.")
+@click.option("--namespace", "-n", "namespaces", multiple=True,
+              help="Watch only these namespaces (repeatable; glob patterns as kopf's); default all. The scope names the "
+                   "Lease, so an operator of another scope does not wait for this one.")
+@click.option("--lease-namespace", default=None, envvar="KNEEPOINT_LEASE_NAMESPACE",
+              help="Namespace of the leader-election Lease (default: the pod's own in a cluster; locally, that of an "
+                   "existing Lease of the same scope, else the kube context's namespace).")
 @click.option("--prometheus-url", default=None, help="Default Prometheus URL for experiments that do not name one.")
 @click.option("--image", default=None, help="Image for load-test Jobs and Simulate-mode engines.")
 @click.option("--scrape-interval", type=float, default=None, help="Scrape interval of that Prometheus, seconds.")
@@ -24,6 +121,7 @@ from kneepoint.settings import OperatorSettings
 @click.option("--verbose", "-v", is_flag=True, default=False, help="Debug logging.")
 def command(
     namespaces: tuple[str, ...],
+    lease_namespace: str | None,
     prometheus_url: str | None,
     image: str | None,
     scrape_interval: float | None,
@@ -32,6 +130,8 @@ def command(
     verbose: bool,
 ) -> None:
     """Run the kneepoint operator against the current kube context (or in-cluster config)."""
+    from kneepoint.kube.leader_election import timing_from_env
+
     settings = OperatorSettings.from_env(
         prometheus_url=prometheus_url,
         operator_image=image,
@@ -40,6 +140,10 @@ def command(
         json_logs=json_logs or None,
         metrics_port=metrics_port,
     )
+    try:
+        timing_from_env()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
     from kneepoint.handlers import logs
 
     logs.configure(json_lines=settings.json_logs, verbose=verbose)
@@ -55,14 +159,7 @@ def command(
 
     memo = kopf.Memo(operator_settings=settings)
     try:
-        asyncio.run(
-            kopf.operator(
-                clusterwide=not settings.namespaces,
-                namespaces=list(settings.namespaces),
-                standalone=True,
-                memo=memo,
-            )
-        )
+        asyncio.run(_lead_then_operate(settings, memo, lease_namespace))
     except KeyboardInterrupt:
         sys.exit(0)
-    logging.getLogger("kneepoint.operator").info("Operator stopped")
+    log.info("Operator stopped")

@@ -53,18 +53,19 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     )
     api = _api_client(operator_settings.api_threads)
     memo.operator_settings = operator_settings
-    metrics = OperatorMetrics()
+    # `kneepoint operator` serves /metrics before the election (a standby is Ready too); else serve here.
+    served = memo.get("metrics")
+    metrics = served or OperatorMetrics()
     count = metrics.api_requests
+    elector = memo.get("elector")  # set by `kneepoint operator` once it leads; absent in tools that drive kopf themselves
     memo.reconciler = Reconciler(
         ChildReader(api, on_request=lambda method: count.labels(method).inc()),
-        ChildWriter(api, on_request=lambda method: count.labels(method).inc()),
+        ChildWriter(api, on_request=lambda method: count.labels(method).inc(), fence=elector.fence if elector else None),
         operator_settings,
         metrics=metrics,
     )
-    try:
-        metrics.serve(operator_settings.metrics_port, operator_settings.metrics_address)
-    except OSError as exc:
-        log.warning("Operator metrics not served on port %d: %s", operator_settings.metrics_port, exc)
+    if served is None:
+        serve_metrics(metrics, operator_settings)
     memo.wakeups = {}
     log.info(
         "Operator started: Prometheus %s, image %s, namespaces %s",
@@ -72,6 +73,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         operator_settings.operator_image,
         ",".join(operator_settings.namespaces) or "all",
     )
+
+
+def serve_metrics(metrics: OperatorMetrics, settings: OperatorSettings) -> None:
+    try:
+        metrics.serve(settings.metrics_port, settings.metrics_address)
+    except OSError as exc:
+        log.warning("Operator metrics not served on port %d: %s", settings.metrics_port, exc)
 
 
 def _wakeup(memo: kopf.Memo, namespace: str, experiment: str) -> asyncio.Event:

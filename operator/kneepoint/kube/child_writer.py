@@ -26,9 +26,19 @@ class ChildWriter:
     """Write access for one operator process."""
 
     def __init__(
-        self, api_client: client.ApiClient, component: str = "kneepoint-operator", on_request: Callable[[str], None] | None = None
+        self, api_client: client.ApiClient, component: str = "kneepoint-operator", on_request: Callable[[str], None] | None = None,
+        fence: Callable[[str], None] | None = None,
     ):
-        self.on_request = on_request or (lambda method: None)
+        count = on_request or (lambda method: None)
+        check = fence or (lambda method: None)
+
+        def before_request(method: str) -> None:
+            # Every call this writer makes passes here first: the leader-election fence raises
+            # LeadershipLost in a process that no longer holds the Lease, so it writes nothing.
+            check(method)
+            count(method)
+
+        self.on_request = before_request
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
