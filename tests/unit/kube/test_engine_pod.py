@@ -70,7 +70,8 @@ def vllm_033_accepts(args: list[str]) -> list[str]:
 
 
 def engine_container(d):
-    (c,) = d["spec"]["template"]["spec"]["containers"]
+    # The engine pod also runs the trace sidecar (docs/trace.md): pick vLLM's container by name.
+    (c,) = [c for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == manifests.ENGINE_CONTAINER]
     return c
 
 
