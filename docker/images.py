@@ -87,13 +87,15 @@ class Workload:
     name: str
     tmp_mib: int | None  # an emptyDir at /tmp, with the chart's sizeLimit
     termination_log: bool  # the kubelet's /dev/termination-log file
+    dirs: tuple[str, ...] = ()  # other emptyDirs the pod mounts writable (the engine's profiler traces)
     # /dev/shm: every runtime mounts one (64 MiB here, like containerd's default); the
     # engine pod's own Memory emptyDir there is the same thing for the simulator.
 
 
 WORKLOADS = {
     "operator": Workload("operator (chart Deployment)", tmp_mib=64, termination_log=False),
-    "engine": Workload("Simulate-mode engine (Deployment)", tmp_mib=None, termination_log=False),
+    # kube/manifests.py PROFILES_DIR: the engine writes its profiler traces there, the trace sidecar reads them.
+    "engine": Workload("Simulate-mode engine (Deployment)", tmp_mib=None, termination_log=False, dirs=("/var/run/kneepoint/profiles",)),
     "loadtest": Workload("load-test Job", tmp_mib=None, termination_log=True),
 }
 
@@ -383,6 +385,8 @@ def oci_config(template: dict[str, Any], rootfs: str, config: dict[str, Any], ar
     mounts = [m for m in spec["mounts"] if m["destination"] not in ("/sys/fs/cgroup", "/tmp")]
     if workload.tmp_mib is not None:
         mounts.append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777", f"size={workload.tmp_mib}m"]})
+    for path in workload.dirs:
+        mounts.append({"destination": path, "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]})
     if workload.termination_log:
         if termination_log is None:
             raise ValueError("a load-test Job's container needs a termination-log file")

@@ -132,12 +132,12 @@ def test_oci_config_runs_as_the_pod_does(tmp_path: Path) -> None:
     assert TEMPLATE["process"]["user"] == {"uid": 0, "gid": 0}, "the template is not changed"
 
 
-def test_oci_config_gives_the_operator_its_tmp_and_the_engine_nothing() -> None:
+def test_oci_config_gives_the_operator_its_tmp_and_the_engine_only_its_profiles_dir() -> None:
     operator = images.oci_config(TEMPLATE, "/m", IMAGE_CONFIG, ["kneepoint", "operator"], images.WORKLOADS["operator"], None)
     (tmp,) = [m for m in operator["mounts"] if m["destination"] == "/tmp"]
     assert tmp["type"] == "tmpfs" and "size=64m" in tmp["options"]
     engine = images.oci_config(TEMPLATE, "/m", IMAGE_CONFIG, ["kneepoint", "sim"], images.WORKLOADS["engine"], None)
-    assert [m["destination"] for m in engine["mounts"] if m["type"] in ("tmpfs", "bind")] == ["/dev/shm"]
+    assert [m["destination"] for m in engine["mounts"] if m["type"] in ("tmpfs", "bind")] == ["/dev/shm", "/var/run/kneepoint/profiles"]
 
 
 @pytest.mark.parametrize("user", ["", "nobody", "kneepoint:65532", "0:abc"])
@@ -177,13 +177,18 @@ def _restricted(container: dict) -> None:  # type: ignore[type-arg]
 
 def test_engine_workload_is_the_simulate_mode_engine_pod() -> None:
     pod = manifests.build_engine_deployment(_spec(), OWNER, Tier(1, 1), CTX)["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    (container,) = [c for c in pod["containers"] if c["name"] == manifests.ENGINE_CONTAINER]
     assert container["command"] == ["kneepoint", "sim"]
     _restricted(container)
     # /dev/shm is a Memory emptyDir in the pod; every runtime mounts one there anyway.
-    assert _writable(container, pod) == {"/dev/shm"}
     workload = images.WORKLOADS["engine"]
+    assert _writable(container, pod) == {"/dev/shm", *workload.dirs} == {"/dev/shm", manifests.PROFILES_DIR}
     assert workload.tmp_mib is None and not workload.termination_log
+    # The trace sidecar runs the same image under the same restrictions and writes nothing but what it reads.
+    (sidecar,) = [c for c in pod["containers"] if c["name"] != manifests.ENGINE_CONTAINER]
+    assert sidecar["command"] == ["kneepoint", "trace"]
+    _restricted(sidecar)
+    assert _writable(sidecar, pod) == {manifests.PROFILES_DIR}
 
 
 def test_loadtest_workload_is_the_load_test_job_pod() -> None:

@@ -9,6 +9,8 @@ from kneepoint.metrics.prometheus_reader import PrometheusReader
 
 
 def answers(expr: str) -> list[dict[str, Any]]:
+    if promql.CACHE_CONFIG_INFO in expr:  # vLLM 0.24's labels on the real 8B/H200 engine
+        return [{"metric": {"kv_cache_size_tokens": "896912", "num_gpu_blocks": "56057", "block_size": "16"}, "value": [0, "1"]}]
     if expr.startswith("max by (gpu, UUID)"):
         return [{"metric": {"gpu": "1"}, "value": [0, "61440"]}, {"metric": {"gpu": "0"}, "value": [0, "62464"]}]
     if expr.startswith("avg by (gpu, UUID)"):
@@ -37,6 +39,7 @@ async def test_trace_figures_are_read_at_query_time_and_gpus_one_by_one() -> Non
     assert len(trace_calls) == 2 and all(at == 1300.0 and "[300s]" in e for e, at in trace_calls)  # since the test's start
     assert w.gpu_utilization_by_gpu == (0.92, 0.60) and w.fb_used_gib_by_gpu == (61.0, 60.0)  # ordered by gpu label
     assert w.pcie_bytes_per_second == 1.5e9
+    assert w.kv_cache_pool_tokens == 896912
 
 
 async def test_untraced_tiers_do_not_wait_for_the_trace_figures() -> None:
