@@ -2,8 +2,12 @@
 
 Before kopf starts, the process takes part in leader election on a Lease for its scope
 (kube/leader_election.py): a standby waits, saying so once, and only the leader runs kopf.
-A leader that misses its renew deadline exits at once (its writes are fenced before that);
-on a clean stop (SIGTERM, Ctrl-C) it releases the Lease so a standby takes over at its next
+A leader that misses its renew deadline stops at once (its writes are fenced before that)
+and starts over as a standby: the process replaces itself (exec), so nothing of the old
+leadership survives in memory, and the GPU ledger and wait queue are rebuilt from the
+cluster as at any start. An API server that restarts therefore costs a takeover, not the
+operator (``--exit-on-lost-lease`` exits with status 3 instead, for a supervisor that
+restarts it). On a clean stop (SIGTERM, Ctrl-C) it releases the Lease so a standby takes over at its next
 retry. kopf's own peering stays off (standalone): the Lease is the one election.
 """
 
@@ -23,7 +27,13 @@ from kneepoint.settings import OperatorSettings
 
 log = logging.getLogger("kneepoint.operator")
 LOST_EXIT_CODE = 3
-"""Exit status of a leader that lost its Lease (the Deployment restarts it; it rejoins as a standby)."""
+"""Exit status of a leader that lost its Lease under ``--exit-on-lost-lease``."""
+
+
+def _start_over() -> None:
+    """Replace this process with a fresh ``kneepoint operator`` of the same arguments: a standby again."""
+    argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+    os.execv(sys.executable, [sys.executable, *argv[1:]])
 
 
 def _election_client() -> Any:
@@ -46,7 +56,7 @@ def _context_namespace() -> str | None:
     return (active or {}).get("context", {}).get("namespace")
 
 
-async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_namespace: str | None) -> None:
+async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_namespace: str | None, exit_on_loss: bool) -> None:
     from kneepoint.handlers.experiment import serve_metrics
     from kneepoint.kube import leader_election as le
     from kneepoint.operator_metrics import OperatorMetrics
@@ -97,9 +107,13 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
             hold = asyncio.ensure_future(elector.hold())
             continue
         # The fence already refuses our writes; exiting now also stops kopf's own (finalizers, annotations).
-        log.error("Lost the leadership of Lease %s/%s: exiting without another write", namespace, name)
+        if exit_on_loss:
+            log.error("Lost the leadership of Lease %s/%s: exiting without another write", namespace, name)
+            logging.shutdown()
+            os._exit(LOST_EXIT_CODE)
+        log.error("Lost the leadership of Lease %s/%s: starting over as a standby without another write", namespace, name)
         logging.shutdown()
-        os._exit(LOST_EXIT_CODE)
+        _start_over()
     hold.cancel()
     if await elector.release_after_renewals():
         log.info("Released Lease %s/%s", namespace, name)
@@ -113,6 +127,9 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
 @click.option("--lease-namespace", default=None, envvar="KNEEPOINT_LEASE_NAMESPACE",
               help="Namespace of the leader-election Lease (default: the pod's own in a cluster; locally, that of an "
                    "existing Lease of the same scope, else the kube context's namespace).")
+@click.option("--exit-on-lost-lease", is_flag=True, default=False, envvar="KNEEPOINT_EXIT_ON_LOST_LEASE",
+              help="A leader that loses its Lease exits with status 3 (for a supervisor that restarts it) instead of "
+                   "starting over in place as a standby.")
 @click.option("--prometheus-url", default=None, help="Default Prometheus URL for experiments that do not name one.")
 @click.option("--image", default=None, help="Image for load-test Jobs and Simulate-mode engines.")
 @click.option("--scrape-interval", type=float, default=None, help="Scrape interval of that Prometheus, seconds.")
@@ -122,6 +139,7 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
 def command(
     namespaces: tuple[str, ...],
     lease_namespace: str | None,
+    exit_on_lost_lease: bool,
     prometheus_url: str | None,
     image: str | None,
     scrape_interval: float | None,
@@ -159,7 +177,7 @@ def command(
 
     memo = kopf.Memo(operator_settings=settings)
     try:
-        asyncio.run(_lead_then_operate(settings, memo, lease_namespace))
+        asyncio.run(_lead_then_operate(settings, memo, lease_namespace, exit_on_lost_lease))
     except KeyboardInterrupt:
         sys.exit(0)
     log.info("Operator stopped")
