@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from kneepoint.core import reasons
+from kneepoint.core import reasons, stop_rules
 from kneepoint.core.actions import (
     Action,
     DeleteAllChildren,
@@ -35,7 +35,8 @@ from kneepoint.core.actions import (
 from kneepoint.core.apifields import to_json
 from kneepoint.core.decision import decide
 from kneepoint.core.gpus import find_gpu_type
-from kneepoint.core.memory_estimate import MemoryEstimate, estimate_memory, needed_memory_bytes
+from kneepoint.core.memory_estimate import MemoryEstimate, estimate_tier, needed_memory_bytes
+from kneepoint.core.metric_names import WINDOW_METRICS
 from kneepoint.core.observations import (
     START_CONFIG_ERROR,
     START_CRASH_LOOP,
@@ -198,18 +199,7 @@ def tier_gpu(obs: Observations, result: TierResult | None) -> Any:
 
 
 def _estimate(spec: ExperimentSpec, obs: Observations, tier: Tier, gpu: Any = None) -> MemoryEstimate:
-    return estimate_memory(
-        obs.architecture,
-        gpu if gpu is not None else obs.gpu,
-        tier,
-        dtype=spec.model.dtype,
-        kv_cache_dtype=spec.model.kv_cache_dtype,
-        max_model_len=spec.model.max_model_len,
-        concurrency=spec.load.concurrency,
-        context_len=spec.load.input_len + spec.load.output_len,
-        gpu_memory_utilization=spec.engine.gpu_memory_utilization,
-        enforce_eager=spec.engine.enforce_eager,
-    )
+    return estimate_tier(spec, obs.architecture, gpu if gpu is not None else obs.gpu, tier)
 
 
 def derive_phase(conditions: Any) -> str:
@@ -786,9 +776,7 @@ def _tier_collecting(p: _Pass, current: TierResult) -> None:
         p.requeue(min(30.0, max(p.settings.poll_seconds, since_end / 4)))
         return
 
-    all_metrics = ("DCGM_FI_DEV_FB_USED", "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "DCGM_FI_DEV_GPU_UTIL", "kneepoint_comm_fraction",
-                   "kneepoint_rank_skew_fraction")
-    missing = tuple(all_metrics) if (window is None or window.error) else window.missing
+    missing = WINDOW_METRICS if (window is None or window.error) else window.missing
     gpu = tier_gpu(p.obs, current)
     est = _estimate(p.spec, p.obs, tier, gpu) if (p.obs.architecture is not None and gpu is not None) else None
     ok_window = window if (window is not None and not window.error) else None
@@ -994,7 +982,7 @@ def _redecide_after_rule_change(p: _Pass) -> None:
     """Stop rules or capacity changed after the decision: decide again from the same measurements."""
     old = p.status.decision
     # A ladder the budget ended stays ended: re-deciding must not turn it into last-tier.
-    outcome = decide(p.spec, p.status.tiers, budget_stopped=bool(old and old.rule == "budget"))
+    outcome = decide(p.spec, p.status.tiers, budget_stopped=bool(old and old.rule == stop_rules.BUDGET))
     if outcome.decision is None:
         return
     decision = replace(outcome.decision, simulated=True) if p.spec.mode == "Simulate" else outcome.decision
