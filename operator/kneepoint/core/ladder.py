@@ -157,6 +157,27 @@ def measurement_hash(spec: ExperimentSpec) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def current_tier(status: ExperimentStatus) -> TierResult | None:
+    """The tier the ladder is at: the first not yet Measured, Skipped or Failed (None: the ladder is over or unplanned)."""
+    return next((t for t in status.tiers if t.phase not in TERMINAL_TIER_PHASES), None)
+
+
+def recorded_gpu_product(status: ExperimentStatus) -> str | None:
+    """The GPU product recorded at the current tier's placement, else at any tier's."""
+    current = current_tier(status)
+    return (current.gpu_product if current is not None else None) or next((t.gpu_product for t in status.tiers if t.gpu_product), None)
+
+
+def is_waiting_for_gpus(status: ExperimentStatus) -> bool:
+    """Whether a tier waits for free GPUs (the experiment then holds a place in its product's queue)."""
+    return any(t.phase == TIER_WAITING for t in status.tiers)
+
+
+def is_settled(status: ExperimentStatus) -> bool:
+    """Decided or Failed: nothing changes until the spec does (no periodic re-reads)."""
+    return status.phase in ("Decided", "Failed")
+
+
 def ladder_tiers(spec: ExperimentSpec) -> list[Tier]:
     return build_ladder(spec.tiers.tensor_parallel, spec.tiers.pipeline_parallel)
 
@@ -267,6 +288,18 @@ class _Pass:
 # The entry point
 
 
+def reject_spec(status: ExperimentStatus, errors: list[str], now: float, generation: int) -> Step:
+    """A spec that does not parse: Accepted False and Failed True, naming each field (an event when this is news)."""
+    message = "Invalid spec: " + "; ".join(errors)
+    stamp = rfc3339(now)
+    conds = set_condition(status.conditions, reasons.ACCEPTED, "False", reasons.SPEC_INVALID, message[:1000], stamp, generation)
+    conds = set_condition(conds, reasons.FAILED, "True", reasons.SPEC_INVALID, message[:1000], stamp, generation)
+    new = replace(status, conditions=conds, observed_generation=generation, message=message[:300])
+    new = replace(new, phase=derive_phase(new.conditions))
+    events = [EventRecord(reasons.SPEC_INVALID, message, "Warning")] if new != status else []
+    return Step(new, events=events)
+
+
 def reconcile_step(
     spec: ExperimentSpec,
     status: ExperimentStatus,
@@ -309,7 +342,7 @@ def reconcile_step(
         _plan(p, spec_hash)
         return p.step()
 
-    current = next((t for t in p.status.tiers if t.phase not in TERMINAL_TIER_PHASES), None)
+    current = current_tier(p.status)
     if current is None:
         _finish(p, budget_stopped=False)
         return p.step()
@@ -330,6 +363,23 @@ def reconcile_step(
 # Plan
 
 
+def _plan_problem(obs: Observations) -> str | None:
+    """Why the ladder cannot be planned, in the order a user would fix it; None when it can."""
+    if obs.plan_error:
+        return obs.plan_error
+    if obs.fleet is not None and not obs.fleet.domains and obs.placement_problem:
+        # No node can ever hold this experiment: fail the plan naming the field to fix,
+        # instead of skipping every tier for want of GPUs.
+        return obs.placement_problem
+    if obs.gpu is None:
+        if obs.gpu_product:
+            return f"spec.placement.gpuProduct {obs.gpu_product!r} is not in the GPU catalogue"
+        return "no GPU node found and spec.placement.gpuProduct not set (allowed: a GFD product label such as NVIDIA-H200)"
+    if obs.architecture is None:
+        return "no model architecture"
+    return None
+
+
 def _plan(p: _Pass, spec_hash: str) -> None:
     spec, obs = p.spec, p.obs
     if obs.missing_objects:
@@ -346,8 +396,8 @@ def _plan(p: _Pass, spec_hash: str) -> None:
     failed = get_condition(p.status.conditions, reasons.FAILED)
     if failed is not None and failed.status == "True" and failed.reason == reasons.MISSING_OBJECT:
         p.condition(reasons.FAILED, "False", reasons.PLAN_READY, "The objects the engine needs exist.")
-    if obs.plan_error or obs.architecture is None or obs.gpu is None:
-        why = obs.plan_error or ("no GPU type could be determined" if obs.gpu is None else "no model architecture")
+    why = _plan_problem(obs)
+    if why is not None:
         p.condition(reasons.PLANNED, "False", reasons.PLAN_FAILED, why)
         p.condition(reasons.FAILED, "True", reasons.PLAN_FAILED, f"Cannot plan the ladder: {why}")
         p.event(reasons.PLAN_FAILED, f"Cannot plan the ladder: {why}", warning=True)
@@ -357,7 +407,7 @@ def _plan(p: _Pass, spec_hash: str) -> None:
 
     fleet = obs.fleet
     simulate = spec.mode == "Simulate"
-    require_nvlink = bool(fleet and fleet.has_nvlink())
+    require_nvlink = obs.require_nvlink
     ladder = ladder_tiers(spec)
     estimates = {tier: _estimate(spec, obs, tier) for tier in ladder}
     min_pp = min(t.pipeline_parallel for t in ladder)
@@ -521,7 +571,7 @@ def _tier_pending(p: _Pass, current: TierResult) -> None:
         if fleet is None:
             p.requeue(p.settings.waiting_poll_seconds)
             return
-        require_nvlink = fleet.has_nvlink()
+        require_nvlink = p.obs.require_nvlink
         if pods > 1:
             topology_key = p.spec.placement.multi_node_topology_key
             group = fleet.free_group(tier.tensor_parallel, pods, require_nvlink, topology_key) or ()
@@ -896,7 +946,7 @@ def _decide_or_continue(p: _Pass) -> None:
     outcome = decide(p.spec, p.status.tiers)
     p.status = replace(p.status, tiers=tuple(outcome.tiers))
     if outcome.decision is None:
-        nxt = next((t for t in p.status.tiers if t.phase not in TERMINAL_TIER_PHASES), None)
+        nxt = current_tier(p.status)
         if nxt is None:
             _finish(p, budget_stopped=False)
             return

@@ -202,4 +202,17 @@ class Observations:
     gpu: Any = None
     """The GpuType of the experiment's GPU product (spec.placement.gpuProduct, else the product recorded at a tier's
     placement, else the first product of the matching fleet)."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    gpu_product: str | None = None
+    """The GPU product the experiment runs on (spec, recorded at a placement, or the matching fleet's first)."""
+    architecture_json: str | None = None
+    """The resolved architecture as the simulator reads it (a preset name or config.json text)."""
+    product_selectors: tuple[tuple[str, str], ...] = ()
+    """(node, label key) pairs: which label each node matched the product by (GFD's, -SHARED included, or the
+    probe's); an engine selects on that one, so a tier that looked schedulable is."""
+    placement_problem: str | None = None
+    """Why no node can ever hold the experiment (naming the spec field), read where the fleet view is empty."""
+
+    @property
+    def require_nvlink(self) -> bool:
+        """Multi-GPU tiers need NVLink-connected GPUs where the fleet has NVLink at all."""
+        return bool(self.fleet and self.fleet.has_nvlink())
