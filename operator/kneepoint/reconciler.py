@@ -38,7 +38,8 @@ from kneepoint.core.ladder import (
 from kneepoint.core.needs import Needs, needs
 from kneepoint.core.observations import LoadTestState, Observations
 from kneepoint.core.spec import ExperimentSpec, SpecError, parse_spec
-from kneepoint.core.status import ExperimentStatus, Recommendation
+from kneepoint.core.recommendation import recommendation
+from kneepoint.core.status import ExperimentStatus
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import kserve, manifests, naming, pod_status
 from kneepoint.kube.child_reader import ChildReader
@@ -674,15 +675,6 @@ class Reconciler:
             await self.writer.replace_config_map(kserve.build_recommendation_configmap(owner, action.decision, export))
             if export.not_exportable:
                 log.warning("%s/%s: %s", owner.namespace, owner.name, export.not_exportable)
-            status = dataclasses.replace(
-                status,
-                recommendation=Recommendation(
-                    config_map_name=naming.recommendation_name(owner.name),
-                    min_replicas=export.scaling.min_replicas,
-                    max_replicas=export.scaling.max_replicas,
-                    scale_metric=export.scaling.scale_metric,
-                    scale_target=export.scaling.scale_target,
-                    not_exportable=export.not_exportable,
-                ),
-            )
+            numbers = recommendation(spec, action.decision, naming.recommendation_name(owner.name), export.not_exportable)
+            status = dataclasses.replace(status, recommendation=numbers)
         return status

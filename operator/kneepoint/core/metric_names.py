@@ -28,3 +28,6 @@ OPTIONAL_METRICS = (NVLINK_TX, PCIE_TX, PCIE_RX)
 """Not in dcgm-exporter's default CSV (NVLink) or not on every GPU: reported missing, never waited for."""
 TRACE_METRICS = (COMM_FRACTION, RANK_SKEW_FRACTION)
 """The trace sidecar's figures: required where the engine pod traces (single-node tiers), else optional."""
+
+RUNNING_REQUESTS = "vllm:num_requests_running"  # gauge every vLLM serves: requests running now
+"""What KEDA scales an exported InferenceService on, and the series that shows Prometheus scrapes an engine."""

@@ -27,6 +27,7 @@ from kneepoint.core.metric_names import (  # noqa: F401
     PCIE_TX,
     PREEMPTIONS,
     RANK_SKEW_FRACTION,
+    RUNNING_REQUESTS,
     TRACE_METRICS,
     TRACE_SLICES,
     TRACE_STEPS,
@@ -143,7 +144,7 @@ def trace_queries(namespace: str, pod_prefix: str, seconds: int) -> list[WindowQ
     ]
 
 
-ENGINE_SERIES = "vllm:num_requests_running"
+ENGINE_SERIES = RUNNING_REQUESTS
 
 
 def engine_series_query(namespace: str, pod_prefix: str) -> str:
