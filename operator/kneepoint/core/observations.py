@@ -6,7 +6,7 @@ hands them to :func:`kneepoint.core.ladder.reconcile_step`, which never does I/O
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 # Why an engine could not start, as read from pods and events.

@@ -39,14 +39,7 @@ from kneepoint.core.apifields import to_json
 from kneepoint.core.architectures import ModelArchitecture
 from kneepoint.core.memory_estimate import weight_bytes_per_gpu
 from kneepoint.core.metric_names import RUNNING_REQUESTS
-from kneepoint.core.recommendation import (  # noqa: F401  (re-exported: the export's readers use them from here)
-    KNATIVE,
-    LEGACY_MODES,
-    STANDARD,
-    canonical_mode,
-    is_multi_node,
-    recommendation,
-)
+from kneepoint.core.recommendation import STANDARD, canonical_mode, is_multi_node, recommendation
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier

@@ -14,23 +14,23 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-# Metric names are defined once in core (the ladder names missing ones); re-exported here for the queries.
-from kneepoint.core.metric_names import (  # noqa: F401
+# Metric names are defined once in core (the ladder names missing ones); re-exported (``X as X``) for promql's readers.
+from kneepoint.core.metric_names import (
     CACHE_CONFIG_INFO,
-    COMM_FRACTION,
+    COMM_FRACTION as COMM_FRACTION,
     FB_USED,
     GPU_UTIL,
     KV_USAGE,
     NVLINK_TX,
-    OPTIONAL_METRICS,
+    OPTIONAL_METRICS as OPTIONAL_METRICS,
     PCIE_RX,
     PCIE_TX,
     PREEMPTIONS,
-    RANK_SKEW_FRACTION,
+    RANK_SKEW_FRACTION as RANK_SKEW_FRACTION,
     RUNNING_REQUESTS,
     TRACE_METRICS,
-    TRACE_SLICES,
-    TRACE_STEPS,
+    TRACE_SLICES as TRACE_SLICES,
+    TRACE_STEPS as TRACE_STEPS,
 )
 
 # Labels of CACHE_CONFIG_INFO that size the pool. vLLM 0.24/0.33 write kv_cache_size_tokens
