@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from kneepoint.core import reasons
+from kneepoint.core import placement, reasons
 from kneepoint.core.actions import EnsureEngine, EnsureLoadTest
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.ladder_finish import close_tier, decide_or_continue, fail_tier, finish, skip_remaining
@@ -111,10 +111,10 @@ def tier_pending(p: Pass, current: TierResult) -> None:
         require_nvlink = p.obs.require_nvlink
         if pods > 1:
             topology_key = p.spec.placement.multi_node_topology_key
-            group = fleet.free_group(tier.tensor_parallel, pods, require_nvlink, topology_key) or ()
+            group = placement.free_group(fleet, tier.tensor_parallel, pods, require_nvlink, topology_key) or ()
             domain = group[0] if group else None
         else:
-            domain = fleet.free_now(tier.gpus, require_nvlink)
+            domain = placement.free_now(fleet, tier.gpus, require_nvlink)
         first_in_queue = p.obs.queue_position in (None, 1)
         if domain is None or not first_in_queue:
             free = max((d.gpus_free for d in fleet.domains), default=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kneepoint.core import reasons
+from kneepoint.core import placement, reasons
 from kneepoint.core.ladder_finish import finish
 from kneepoint.core.ladder_state import GIB, Pass, estimate, is_multi_node, ladder_tiers
 from kneepoint.core.observations import Observations
@@ -109,7 +109,7 @@ def plan(p: Pass, spec_hash: str) -> None:
             multi
             and not simulate
             and fleet is not None
-            and not fleet.can_ever_hold_group(tier.tensor_parallel, tier.pipeline_parallel, require_nvlink, topology_key)
+            and not placement.can_ever_hold_group(fleet, tier.tensor_parallel, tier.pipeline_parallel, require_nvlink, topology_key)
         ):
             where = f" in one {topology_key} domain" if topology_key else ""
             result = replace(
@@ -118,7 +118,7 @@ def plan(p: Pass, spec_hash: str) -> None:
                 reason=(
                     f"needs {tier.pipeline_parallel} pods of {tier.tensor_parallel} GPUs in one NVLink domain each{where} "
                     f"(one replica across nodes); the fleet holds "
-                    f"{fleet.group_nodes_possible(tier.tensor_parallel, require_nvlink)} such pod(s) in all"
+                    f"{placement.group_nodes_possible(fleet, tier.tensor_parallel, require_nvlink)} such pod(s) in all"
                 ),
                 finished_at=p.now,
             )
@@ -133,7 +133,7 @@ def plan(p: Pass, spec_hash: str) -> None:
             not simulate
             and fleet is not None
             and tier.pipeline_parallel == 1
-            and not fleet.can_ever_hold(tier.gpus, require_nvlink)
+            and not placement.can_ever_hold(fleet, tier.gpus, require_nvlink)
         ):
             result = replace(
                 base,
