@@ -15,7 +15,7 @@ from typing import Any
 from kneepoint.core import reasons
 from kneepoint.core.actions import Action, EventRecord
 from kneepoint.core.apifields import to_json
-from kneepoint.core.gpus import find_gpu_type
+from kneepoint.core.gpus import GIB, find_gpu_type
 from kneepoint.core.memory_estimate import MemoryEstimate, estimate_tier
 from kneepoint.core.observations import Observations
 from kneepoint.core.spec import ExperimentSpec
@@ -35,7 +35,6 @@ from kneepoint.core.status import (
 from kneepoint.core.tiers import Tier, build_ladder
 
 
-GIB = 1024**3
 TERMINAL_TIER_PHASES = (TIER_MEASURED, TIER_SKIPPED, TIER_FAILED)
 ACTIVE_TIER_PHASES = (TIER_DEPLOYING, TIER_LOAD_TESTING, TIER_COLLECTING)
 
