@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from kneepoint.core.actions import EnsureEngine
-from kneepoint.core.ladder import Step, rfc3339
+from kneepoint.core.ladder import Step
 from kneepoint.core.needs import Needs
 from kneepoint.core.observations import FleetView
 from kneepoint.core.spec import ExperimentSpec
+from kneepoint.core.timestamps import rfc3339
 from kneepoint.kube import naming, pod_status
 from kneepoint.kube.child_reader import ChildReader
 

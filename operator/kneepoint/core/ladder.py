@@ -25,13 +25,13 @@ from dataclasses import replace
 
 from kneepoint.core import reasons
 from kneepoint.core.actions import EventRecord
+from kneepoint.core.gpus import GIB
 from kneepoint.core.ladder_finish import finish
 from kneepoint.core.ladder_passes import needed_memory_fields, tier_collecting, tier_deploying, tier_load_testing, tier_pending
 from kneepoint.core.ladder_plan import MISSING_OBJECT_RECHECK_SECONDS, plan
 from kneepoint.core.ladder_spec_change import redecide_after_rule_change, restart_for_spec_change
 from kneepoint.core.ladder_state import (
     ACTIVE_TIER_PHASES,
-    GIB,
     TERMINAL_TIER_PHASES,
     LadderSettings,
     Pass,
@@ -44,9 +44,7 @@ from kneepoint.core.ladder_state import (
     is_waiting_for_gpus,
     ladder_tiers,
     measurement_hash,
-    parse_rfc3339,
     recorded_gpu_product,
-    rfc3339,
     tier_gpu,
     tier_of,
 )
@@ -62,6 +60,7 @@ from kneepoint.core.status import (
     get_condition,
     set_condition,
 )
+from kneepoint.core.timestamps import parse_rfc3339, rfc3339
 
 __all__ = [
     "ACTIVE_TIER_PHASES",

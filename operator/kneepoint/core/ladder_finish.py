@@ -13,11 +13,11 @@ from kneepoint.core.ladder_state import (
     Pass,
     current_tier,
     group_size,
-    parse_rfc3339,
     tier_of,
 )
 from kneepoint.core.status import TIER_FAILED, TIER_SKIPPED, TierResult
 from kneepoint.core.tiers import Tier
+from kneepoint.core.timestamps import parse_rfc3339
 
 
 def close_tier(p: Pass, result: TierResult, teardown: bool) -> None:

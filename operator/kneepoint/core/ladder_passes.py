@@ -11,9 +11,9 @@ from typing import Any
 
 from kneepoint.core import placement, reasons
 from kneepoint.core.actions import EnsureEngine, EnsureLoadTest
-from kneepoint.core.gpus import find_gpu_type
+from kneepoint.core.gpus import GIB, find_gpu_type
 from kneepoint.core.ladder_finish import close_tier, decide_or_continue, fail_tier, finish, skip_remaining
-from kneepoint.core.ladder_state import GIB, Pass, estimate, group_size, parse_rfc3339, tier_gpu, tier_of
+from kneepoint.core.ladder_state import Pass, estimate, group_size, tier_gpu, tier_of
 from kneepoint.core.memory_estimate import MemoryEstimate, needed_memory_bytes
 from kneepoint.core.metric_names import WINDOW_METRICS
 from kneepoint.core.observations import (
@@ -36,6 +36,7 @@ from kneepoint.core.status import (
     get_condition,
 )
 from kneepoint.core.tiers import Tier
+from kneepoint.core.timestamps import parse_rfc3339
 
 
 # Summary keys (CONTRACTS A) copied into TierResult as they are.

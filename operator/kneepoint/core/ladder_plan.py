@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from kneepoint.core import placement, reasons
 from kneepoint.core.ladder_finish import finish
-from kneepoint.core.ladder_state import GIB, Pass, estimate, is_multi_node, ladder_tiers
+from kneepoint.core.gpus import GIB
+from kneepoint.core.ladder_state import Pass, estimate, is_multi_node, ladder_tiers
 from kneepoint.core.observations import Observations
 from kneepoint.core.status import TIER_PENDING, TIER_SKIPPED, TierResult, get_condition
 

@@ -7,9 +7,10 @@ from dataclasses import replace
 from kneepoint.core import reasons, stop_rules
 from kneepoint.core.actions import DeleteAllChildren, PublishRecommendation
 from kneepoint.core.decision import decide
-from kneepoint.core.ladder_state import ACTIVE_TIER_PHASES, Pass, parse_rfc3339, tier_of
+from kneepoint.core.ladder_state import ACTIVE_TIER_PHASES, Pass, tier_of
 from kneepoint.core.status import ExperimentStatus
 from kneepoint.core.tiers import Tier
+from kneepoint.core.timestamps import parse_rfc3339
 
 
 def restart_for_spec_change(p: Pass, spec_hash: str, after_failure: bool = False) -> Pass:

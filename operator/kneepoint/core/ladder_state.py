@@ -9,13 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from typing import Any
 
 from kneepoint.core import reasons
 from kneepoint.core.actions import Action, EventRecord
 from kneepoint.core.apifields import to_json
-from kneepoint.core.gpus import GIB, find_gpu_type
+from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.memory_estimate import MemoryEstimate, estimate_tier
 from kneepoint.core.observations import Observations
 from kneepoint.core.spec import ExperimentSpec
@@ -33,6 +32,7 @@ from kneepoint.core.status import (
     set_condition,
 )
 from kneepoint.core.tiers import Tier, build_ladder
+from kneepoint.core.timestamps import rfc3339
 
 
 TERMINAL_TIER_PHASES = (TIER_MEASURED, TIER_SKIPPED, TIER_FAILED)
@@ -69,16 +69,6 @@ class Step:
 
 # --------------------------------------------------------------------------------------
 # Small pure helpers
-
-
-def rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(text: str | None) -> float | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def measurement_hash(spec: ExperimentSpec) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kneepoint.core.ladder import LadderSettings, current_tier, group_size, parse_rfc3339, recorded_gpu_product, tier_of
+from kneepoint.core.ladder import LadderSettings, current_tier, group_size, recorded_gpu_product, tier_of
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import (
     TIER_COLLECTING,
@@ -22,6 +22,7 @@ from kneepoint.core.status import (
     ExperimentStatus,
 )
 from kneepoint.core.tiers import Tier
+from kneepoint.core.timestamps import parse_rfc3339
 
 
 @dataclass(frozen=True)

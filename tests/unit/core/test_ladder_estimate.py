@@ -5,7 +5,7 @@ The ladder once re-implemented the estimate without ``engine.maxNumSeqs`` and
 so the plan has to change with them, and agree with ``kneepoint estimate``.
 """
 
-from test_ladder import H200, Driver, make_spec
+from ladder_driver import H200, Driver, make_spec
 
 from kneepoint.core.architectures import get_preset
 from kneepoint.core.memory_estimate import estimate_ladder

@@ -8,7 +8,7 @@ transition in kneepoint.core.ladder.
 from dataclasses import replace
 
 import pytest
-from test_ladder import T0, make_spec
+from ladder_driver import T0, make_spec
 
 from kneepoint.core.ladder import LadderSettings, rfc3339
 from kneepoint.core.needs import CapacityNeed, EngineNeed, LoadTestNeed, MetricsNeed, Needs, ScrapeCheckNeed, needs

@@ -1,6 +1,6 @@
 """status.recommendation's numbers, computed in core from the spec and the decision."""
 
-from test_ladder import make_spec
+from ladder_driver import make_spec
 
 from kneepoint.core.recommendation import recommendation
 from kneepoint.core.status import Decision, Recommendation
