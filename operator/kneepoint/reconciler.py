@@ -1,54 +1,43 @@
-"""One reconcile pass of a ParallelismExperiment: observe -> core ladder -> apply -> write status.
+"""Reconcile passes of a ParallelismExperiment: needs -> reads -> core ladder -> apply -> one status patch.
 
 No kopf here (the handlers call this), so the loop can be driven by tests and tools directly.
-Per pass it reads only what the current tier's phase needs (the fleet while a tier waits for
-GPUs, the engine while it deploys, the Job while it load-tests, Prometheus while it collects),
-applies the ladder's idempotent actions, posts its events and writes status with one merge
-patch through the status subresource.
+Each pass reads exactly what :func:`kneepoint.core.needs.needs` names (this module knows no
+tier phase; a test checks it), asks the GPU broker (:mod:`kneepoint.broker`) for the fleet,
+calls :func:`kneepoint.core.ladder.reconcile_step`, applies its idempotent actions, writes
+status with one merge patch through the status subresource and posts its events. A wake-up
+runs passes until the experiment waits (at most ``max_passes_per_wakeup``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-import yaml
 from kubernetes.client.rest import ApiException
 
+from kneepoint.broker import GpuBroker
 from kneepoint.core import reasons
 from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, EnsureLoadTest, PublishRecommendation
 from kneepoint.core.architectures import architecture_from_spec, preset_names
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.ladder import (
-    TERMINAL_TIER_PHASES,
     Step,
     derive_phase,
-    group_size,
-    measurement_hash,
+    is_settled,
+    is_waiting_for_gpus,
     reconcile_step,
-    rfc3339,
-    tier_of,
+    reject_spec,
 )
+from kneepoint.core.needs import Needs, needs
 from kneepoint.core.observations import LoadTestState, Observations
+from kneepoint.core.recommendation import recommendation
 from kneepoint.core.spec import ExperimentSpec, SpecError, parse_spec
-from kneepoint.core.status import (
-    TIER_COLLECTING,
-    TIER_DEPLOYING,
-    TIER_LOAD_TESTING,
-    TIER_MEASURED,
-    TIER_PENDING,
-    TIER_WAITING,
-    ExperimentStatus,
-    Recommendation,
-    set_condition,
-)
+from kneepoint.core.status import ExperimentStatus
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import kserve, manifests, naming, pod_status
 from kneepoint.kube.child_reader import ChildReader
@@ -61,120 +50,12 @@ from kneepoint.settings import OperatorSettings
 
 log = logging.getLogger("kneepoint.reconciler")
 
-RESERVATION_SECONDS = 120.0
-STALE_FLEET_WAIT_FACTOR = 3.0
-"""A capacity check waits for a new fleet read when the last is this many cache windows old; younger, it goes on
-with the last read while a refresh runs in the background."""
 _TIER_FAILURE_REASONS = (
     reasons.TIER_OUT_OF_MEMORY,
     reasons.TIER_START_FAILED,
     reasons.TIER_UNSCHEDULABLE,
     reasons.LOAD_TEST_FAILED,
 )
-
-
-@dataclass
-class _Reservation:
-    node: str
-    gpus: int
-    key: str
-    expires: float
-
-
-@dataclass
-class GpuLedger:
-    """GPUs promised to engines just created, until their pods show up (per operator process).
-
-    Together with the lock this prevents two experiments from being promised the same GPUs
-    in the moment between creating a Deployment and its pod being bound.
-    """
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    reservations: dict[str, _Reservation] = field(default_factory=dict)
-
-    def reserved(self, now: float, visible_keys: set[str]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for key, r in list(self.reservations.items()):
-            # A group's reservations are keyed "<experiment>/<tier>#<pod>"; its pods show the tier.
-            if r.expires < now or key.split("#", 1)[0] in visible_keys:
-                del self.reservations[key]
-                continue
-            out[r.node] = out.get(r.node, 0) + r.gpus
-        return out
-
-    def reserve(self, node: str, gpus: int, key: str, now: float) -> None:
-        self.reservations[key] = _Reservation(node, gpus, key, now + RESERVATION_SECONDS)
-
-
-@dataclass
-class FleetCache:
-    """Nodes and resource-holding pods, listed at most once per ``max_age`` seconds for all experiments.
-
-    A capacity check needs every GPU node and every pod that holds GPUs. Listing both for
-    each pass of each waiting experiment costs O(experiments x nodes) per round; one shared
-    read per window costs O(nodes). What a cached read misses is covered: engines this
-    operator created since are in the GpuLedger until their pods show up, and GPUs freed
-    since only look busy a little longer (the check waits, it never over-promises them).
-    A stale read is refreshed in the background while passes go on with the last one (a
-    list of hundreds of nodes takes seconds on a busy API server); a pass waits only for
-    the first read and after a quiet spell (see STALE_FLEET_WAIT_FACTOR).
-    """
-
-    max_age: float
-    refreshing: asyncio.Future[None] | None = None
-    fetched_at: float | None = None
-    """When the current lists were requested (not received: the conservative age)."""
-    nodes: list[dict[str, Any]] = field(default_factory=list)
-    pods: list[dict[str, Any]] = field(default_factory=list)
-    reads: int = 0
-    views: dict[tuple[Any, ...], Any] = field(default_factory=dict)
-    """FleetViews of this read (before reservations), per product/selector: built once, not per pass."""
-
-    def view(self, gpu_resource: str, product: str | None, node_selector: dict[str, str], topology_key: str | None,
-             reserved: dict[str, int]) -> Any:
-        """pod_status.fleet_view over the cached lists, with ``reserved`` GPUs taken off."""
-        key = (gpu_resource, product, tuple(sorted(node_selector.items())), topology_key)
-        base = self.views.get(key)
-        if base is None:
-            base = self.views[key] = pod_status.fleet_view(self.nodes, self.pods, gpu_resource, product, node_selector,
-                                                           None, topology_key=topology_key)
-        if not reserved:
-            return base
-        # fleet_view computes max(0, total - used - reserved); taking reserved off max(0, total - used) is the same.
-        return dataclasses.replace(base, domains=tuple(
-            dataclasses.replace(d, gpus_free=max(0, d.gpus_free - reserved[d.node_name])) if reserved.get(d.node_name) else d
-            for d in base.domains))
-
-
-@dataclass
-class WaitQueue:
-    """FIFO of experiments waiting for GPUs, per GPU product (queue position in status)."""
-
-    entries: dict[str, dict[str, tuple[str, int]]] = field(default_factory=dict)
-    """product -> {experiment uid: (waitingSince, join order)}"""
-    joined: Iterator[int] = field(default_factory=itertools.count)
-    """Join order breaks ties of waitingSince (whole seconds): without it, experiments that
-    started waiting in the same second were ordered by uid, and a later one overtook."""
-
-    def position(self, product: str, uid: str, since: str | None) -> int:
-        """Join (if not yet in it) and return the 1-based position."""
-        queue = self.entries.setdefault(product, {})
-        if uid not in queue:
-            queue[uid] = (since or rfc3339(time.time()), next(self.joined))
-        ordered = sorted(queue.items(), key=lambda kv: kv[1])
-        return [u for u, _ in ordered].index(uid) + 1
-
-    def peek_position(self, product: str, uid: str) -> int | None:
-        """Position if ``uid`` were to join now (others already waiting go first)."""
-        queue = self.entries.get(product, {})
-        if uid in queue:
-            ordered = sorted(queue.items(), key=lambda kv: kv[1])
-            return [u for u, _ in ordered].index(uid) + 1
-        return len(queue) + 1 if queue else None
-
-    def leave(self, uid: str) -> None:
-        for queue in self.entries.values():
-            queue.pop(uid, None)
 
 
 def _hf_config_json(arch: Any) -> str:
@@ -238,16 +119,15 @@ class Reconciler:
         self.reader = reader
         self.writer = writer
         self.settings = settings
-        self.ledger = GpuLedger()
-        self.fleet_cache = FleetCache(max_age=settings.fleet_cache_seconds)
-        self.queue = WaitQueue()
+        self.broker = GpuBroker(reader, settings.fleet_cache_seconds, clock)
+        # The broker's parts, by the names tests and tools reach them by.
+        self.ledger, self.fleet_cache, self.queue = self.broker.ledger, self.broker.fleet_cache, self.broker.queue
+        self._fleet_lists = self.broker.fleet_lists
         self.engine_logs = EngineLogCache()
         self.clock = clock
         self._prometheus: dict[str, PrometheusReader] = {}
         self._prometheus_factory = prometheus_factory or (lambda url, interval: PrometheusReader(url, scrape_interval_seconds=interval))
         self.metrics = metrics or OperatorMetrics()
-        self.passes = 0
-        self.errors = 0
 
     # ------------------------------------------------------------------ entry point
     async def reconcile(self, name: str, namespace: str) -> float | None:
@@ -275,12 +155,12 @@ class Reconciler:
                     return step.requeue_after
                 # Decided or Failed: nothing changes until the spec does, and a spec change
                 # wakes the daemon (handlers.experiment_changed); no periodic re-reads.
-                return None if step.status.phase in ("Decided", "Failed") else self.settings.idle_poll_seconds
+                return None if is_settled(step.status) else self.settings.idle_poll_seconds
         return 0.5
 
     # ------------------------------------------------------------------ one pass
     async def _pass(self, body: dict[str, Any]) -> Step | None:
-        self.passes += 1
+        """needs -> reads -> reconcile_step -> apply -> one status patch."""
         meta = body["metadata"]
         name, namespace, uid, generation = meta["name"], meta["namespace"], meta["uid"], meta.get("generation", 1)
         old_status_json = body.get("status") or {}
@@ -288,70 +168,59 @@ class Reconciler:
         try:
             spec = parse_spec(body.get("spec") or {})
         except SpecError as exc:
-            await self._reject(body, status, exc)
+            rejected = reject_spec(status, [str(e) for e in exc.errors], self.clock(), generation)
+            await self._write(body, old_status_json, rejected)
+            for ev in rejected.events:
+                log.warning("%s/%s: %s", namespace, name, ev.message)
             return None
 
-        current = next((t for t in status.tiers if t.phase not in TERMINAL_TIER_PHASES), None)
-        # Only a Pending or Waiting tier can be given GPUs (EnsureEngine); planning reads the fleet without the lock.
-        needs_fleet = spec.mode == "Measure" and current is not None and current.phase in (TIER_PENDING, TIER_WAITING)
-        if needs_fleet:
+        need = needs(spec, status, self.settings.ladder)
+        if need.capacity is not None:
             # The capacity check and the GPUs it promises must not interleave between
             # experiments: observe, decide and reserve under the lock; the API writes that
             # follow (Deployment, status, events) run after it, so one experiment's writes
             # never hold up another's capacity check.
             await self._fleet_lists()  # any wait for a fleet read happens here, outside the lock
             async with self.ledger.lock:
-                obs, fleet_ctx = await self._observe(name, namespace, uid, spec, status, generation, fleet_wait=False)
-                step = reconcile_step(spec, status, obs, self.settings.ladder, spec_hash=measurement_hash(spec))
-                self._reserve_gpus(step, spec, name, obs)
+                obs = await self._observe(name, namespace, uid, spec, status, generation, need, fleet_wait=False)
+                step = reconcile_step(spec, status, obs, self.settings.ladder)
+                self.broker.reserve(step, spec, name, obs.now)
         else:
-            obs, fleet_ctx = await self._observe(name, namespace, uid, spec, status, generation)
-            step = reconcile_step(spec, status, obs, self.settings.ladder, spec_hash=measurement_hash(spec))
-        return await self._apply_and_write(body, spec, status, old_status_json, obs, fleet_ctx, step)
-
-    def _reserve_gpus(self, step: Step, spec: ExperimentSpec, name: str, obs: Observations) -> None:
-        """Record in the ledger the GPUs this step's EnsureEngine promises, before the engine exists."""
-        if spec.mode != "Measure":
-            return
-        key = f"{naming.experiment_label_value(name)}/"
-        for action in step.actions:
-            if not isinstance(action, EnsureEngine):
-                continue
-            if action.group_size > 1:
-                for index, node in enumerate(action.node_names):
-                    self.ledger.reserve(node, action.tier.tensor_parallel, f"{key}{action.tier.name}#{index}", obs.now)
-            elif action.node_name:
-                self.ledger.reserve(action.node_name, action.tier.gpus, f"{key}{action.tier.name}", obs.now)
+            obs = await self._observe(name, namespace, uid, spec, status, generation, need)
+            step = reconcile_step(spec, status, obs, self.settings.ladder)
+        return await self._apply_and_write(body, spec, status, old_status_json, obs, step)
 
     async def _apply_and_write(
         self, body: dict[str, Any], spec: ExperimentSpec, status: ExperimentStatus, old_json: dict[str, Any],
-        obs: Observations, fleet_ctx: dict[str, Any], step: Step,
+        obs: Observations, step: Step,
     ) -> Step:
         meta = body["metadata"]
         name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
         new_status = step.status
         owner = manifests.Owner(name, namespace, uid)
         for action in step.actions:
-            new_status = await self._apply(action, spec, owner, new_status, obs, fleet_ctx)
-        if not any(t.phase == TIER_WAITING for t in new_status.tiers):
-            self.queue.leave(uid)
-        elif fleet_ctx.get("queue_product"):
-            # Join in the pass that starts the wait, not the next one: in between, others
-            # would peek an empty queue and overtake. Status shows the place at once too.
-            position = self.queue.position(fleet_ctx["queue_product"], uid, new_status.waiting_since)
+            new_status = await self._apply(action, spec, owner, new_status, obs)
+        position = self.broker.hold_place(uid, obs.gpu_product, is_waiting_for_gpus(new_status), new_status.waiting_since)
+        if position is not None:
             new_status = dataclasses.replace(new_status, queue_position=position)
-        new_json = new_status.to_dict()
-        patch = merge_patch(old_json, new_json)
+        step = dataclasses.replace(step, status=new_status)
+        await self._write(body, old_json, step)
+        if new_status.phase != derive_phase(status.conditions):
+            log.info("%s/%s: phase %s -> %s", namespace, name, derive_phase(status.conditions), new_status.phase)
+        self._record_metrics(spec, uid, status, new_status, step)
+        return step
+
+    async def _write(self, body: dict[str, Any], old_json: dict[str, Any], step: Step) -> None:
+        """The one status patch of a pass (when anything changed), then its events."""
+        meta = body["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        patch = merge_patch(old_json, step.status.to_dict())
         if patch:
             await self.writer.patch_status(namespace, name, patch)
         for ev in step.events:
             log.info("%s/%s: %s: %s", namespace, name, ev.reason, ev.message)
         # Events are independent of each other: post them at once (each failure is only logged).
         await asyncio.gather(*(self.writer.post_event(body, ev.reason, ev.message, ev.type) for ev in step.events))
-        if new_status.phase != derive_phase(status.conditions):
-            log.info("%s/%s: phase %s -> %s", namespace, name, derive_phase(status.conditions), new_status.phase)
-        self._record_metrics(spec, uid, status, new_status, step)
-        return dataclasses.replace(step, status=new_status)
 
     def _record_metrics(self, spec: ExperimentSpec, uid: str, old: ExperimentStatus, new: ExperimentStatus, step: Step) -> None:
         m = self.metrics
@@ -367,21 +236,6 @@ class Reconciler:
         delta = (new.gpu_minutes_total or 0.0) - (old.gpu_minutes_total or 0.0)
         if mode == "Measure" and delta > 0:
             m.gpu_minutes.inc(delta)
-
-    async def _reject(self, body: dict[str, Any], status: ExperimentStatus, exc: SpecError) -> None:
-        meta = body["metadata"]
-        message = "Invalid spec: " + "; ".join(str(e) for e in exc.errors)
-        now = rfc3339(self.clock())
-        gen = meta.get("generation", 1)
-        conds = set_condition(status.conditions, reasons.ACCEPTED, "False", reasons.SPEC_INVALID, message[:1000], now, gen)
-        conds = set_condition(conds, reasons.FAILED, "True", reasons.SPEC_INVALID, message[:1000], now, gen)
-        new = dataclasses.replace(status, conditions=conds, observed_generation=gen, message=message[:300])
-        new = dataclasses.replace(new, phase=derive_phase(new.conditions))
-        patch = merge_patch(body.get("status") or {}, new.to_dict())
-        if patch:
-            await self.writer.patch_status(meta["namespace"], meta["name"], patch)
-            await self.writer.post_event(body, reasons.SPEC_INVALID, message, "Warning")
-            log.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
 
     # ------------------------------------------------------------------ observe
     async def _missing_objects(self, spec: ExperimentSpec, namespace: str) -> tuple[str, ...]:
@@ -441,129 +295,54 @@ class Reconciler:
 
     async def _observe(
         self, name: str, namespace: str, uid: str, spec: ExperimentSpec, status: ExperimentStatus, generation: int,
-        fleet_wait: bool = True,
-    ) -> tuple[Observations, dict[str, Any]]:
+        need: Needs, fleet_wait: bool = True,
+    ) -> Observations:
+        """Read what ``need`` names, nothing else."""
         now = self.clock()
-        current = next((t for t in status.tiers if t.phase not in TERMINAL_TIER_PHASES), None)
-        planning = not status.tiers
-        ctx: dict[str, Any] = {}
-
         arch = arch_json = arch_error = None
-        gpu = None
-        if planning or (current is not None and current.phase in (TIER_COLLECTING, TIER_PENDING, TIER_WAITING, TIER_DEPLOYING)):
+        if need.architecture:
             arch, arch_json, arch_error = await self._resolve_architecture(spec, namespace)
-        missing = await self._missing_objects(spec, namespace) if planning else ()
-        ctx["architecture_json"] = arch_json
+        missing = await self._missing_objects(spec, namespace) if need.missing_objects else ()
 
         fleet = None
         queue_position = None
-        needs_fleet = spec.mode == "Measure" and (planning or (current is not None and current.phase in (TIER_PENDING, TIER_WAITING, TIER_DEPLOYING)))
-        # The product as the spec names it, else as recorded when a tier was placed (placement.nodeSelector
-        # alone names none): passes that read no fleet (load test, metrics) still know the GPU type.
-        recorded = (current.gpu_product if current is not None else None) or next((t.gpu_product for t in status.tiers if t.gpu_product), None)
-        product = spec.placement.gpu_product or recorded
-        if needs_fleet:
-            nodes, pods = await self._fleet_lists(wait=fleet_wait)
-            all_pods = pods
-            if current is not None and current.phase in (TIER_PENDING, TIER_WAITING):
-                # An operator killed after creating this tier's engine but before writing
-                # status finds the engine's pod holding GPUs: they are this tier's own, not
-                # taken (else it would wait for GPUs it holds, for ever on a full fleet).
-                own = naming.child_labels(name, tier_of(current), naming.ROLE_ENGINE)
-                pods = [
-                    p for p in pods
-                    if not (p["metadata"].get("namespace") == namespace
-                            and all(p["metadata"].get("labels", {}).get(k) == v for k, v in own.items()))
-                ]
-            visible = {
-                f"{p['metadata'].get('labels', {}).get(naming.LABEL_EXPERIMENT)}/{p['metadata'].get('labels', {}).get(naming.LABEL_TIER)}"
-                for p in pods
-                if p.get("spec", {}).get("nodeName")
-            }
-            reserved = self.ledger.reserved(now, visible)
-            if len(pods) == len(all_pods):
-                # The common case: views of the shared read are built once per read, not per pass.
-                def view(product: str | None, topology_key: str | None = None) -> Any:
-                    return self.fleet_cache.view(spec.placement.gpu_resource, product, spec.placement.node_selector, topology_key, reserved)
-            else:
-                def view(product: str | None, topology_key: str | None = None) -> Any:
-                    return pod_status.fleet_view(nodes, pods, spec.placement.gpu_resource, product, spec.placement.node_selector,
-                                                 reserved, topology_key=topology_key)
-            if product is None:
-                all_view = view(None)
-                product = all_view.products()[0] if all_view.products() else None
-            fleet = view(product, spec.placement.multi_node_topology_key)
-            if current is not None and current.phase in (TIER_PENDING, TIER_WAITING) and product:
-                if current.phase == TIER_WAITING:
-                    queue_position = self.queue.position(product, uid, status.waiting_since)
-                else:
-                    queue_position = self.queue.peek_position(product, uid)
-        ctx["gpu_product"] = product
-        # Which label each node matched the product by (GFD's, -SHARED included, or the probe's):
-        # the engine selects on that one, so a tier that looked schedulable is.
-        ctx["product_selectors"] = pod_status.product_selectors(nodes, product) if needs_fleet and product else {}
-        ctx["require_nvlink"] = bool(fleet and fleet.has_nvlink())
-        ctx["queue_product"] = product
-        if product:
-            gpu = find_gpu_type(product)
-        elif spec.mode == "Simulate":
-            gpu = None
-        if planning and fleet is not None and not fleet.domains and arch_error is None:
-            # No node can ever hold this experiment: fail the plan naming the field to fix,
-            # instead of skipping every tier for want of GPUs.
-            arch_error = pod_status.placement_problem(nodes, spec.placement.gpu_resource, product, spec.placement.node_selector)
-        if planning and gpu is None and arch_error is None:
-            arch_error = (
-                f"spec.placement.gpuProduct {product!r} is not in the GPU catalogue"
-                if product
-                else "no GPU node found and spec.placement.gpuProduct not set (allowed: a GFD product label such as NVIDIA-H200)"
+        product = need.gpu_product
+        selectors: dict[str, str] = {}
+        problem = None
+        if need.fleet:
+            read = await self.broker.fleet(spec, name, namespace, uid, status.waiting_since, need, now, wait=fleet_wait)
+            fleet, product, queue_position, selectors, problem = (
+                read.fleet, read.gpu_product, read.queue_position, read.product_selectors, read.placement_problem
             )
+        gpu = find_gpu_type(product) if product else None
 
         engine = load_test = metrics = None
         not_scraped = None
-        lws_api = None
-        if current is not None:
-            tier = tier_of(current)
-            multi_node = group_size(spec, current) > 1
-            if multi_node and current.phase in (TIER_PENDING, TIER_WAITING):
-                lws_api = await self.reader.leader_worker_set_served()
-            if multi_node and current.phase in (TIER_DEPLOYING, TIER_LOAD_TESTING):
-                # Both reads at once: a pass's duration is mostly API round trips.
+        lws_api = await self.reader.leader_worker_set_served() if need.leader_worker_set_api else None
+        if need.engine is not None:
+            engine_name = naming.engine_name(name, need.engine.tier)
+            # Both reads at once: a pass's duration is mostly API round trips.
+            if need.engine.group:
                 group, pods = await asyncio.gather(
-                    self.reader.leader_worker_set(namespace, naming.engine_name(name, tier)),
-                    self.reader.engine_pods(name, namespace, tier),
+                    self.reader.leader_worker_set(namespace, engine_name), self.reader.engine_pods(name, namespace, need.engine.tier)
                 )
                 engine = pod_status.group_state(group, pods if group else [], await self._engine_logs(namespace, pods if group else []))
-            elif current.phase in (TIER_DEPLOYING, TIER_LOAD_TESTING):
+            else:
                 deployment, pods = await asyncio.gather(
-                    self.reader.deployment(namespace, naming.engine_name(name, tier)),
-                    self.reader.engine_pods(name, namespace, tier),
+                    self.reader.deployment(namespace, engine_name), self.reader.engine_pods(name, namespace, need.engine.tier)
                 )
                 engine = pod_status.engine_state(deployment, pods if deployment else [], await self._engine_logs(namespace, pods if deployment else []))
-            if current.phase == TIER_LOAD_TESTING:
-                attempt = current.attempts or 1
-                job_name = naming.load_test_name(name, tier, attempt)
-                job = await self.reader.job(namespace, job_name)
-                if job is None:
-                    load_test = LoadTestState(attempt=attempt, exists=False)
-                else:
-                    succeeded, failed, message = pod_status.job_outcome(job)
-                    summary = None
-                    if succeeded or failed:
-                        job_pods = await self.reader.job_pods(namespace, job_name)
-                        term = pod_status.termination_message(job_pods, manifests.LOADGEN_CONTAINER)
-                        summary = pod_status.parse_summary(term)
-                        if failed and summary and summary.get("error"):
-                            message = f"{message}; load generator: {summary['error']}"
-                        elif failed and term and not summary:
-                            message = f"{message}; {term[-300:]}"
-                    load_test = LoadTestState(attempt, True, succeeded, failed, summary, message)
-            if current.phase == TIER_COLLECTING:
-                metrics = await self._metrics(spec, name, namespace, tier, current, now)
-            if current.phase == TIER_LOAD_TESTING and not any(t.phase == TIER_MEASURED for t in status.tiers):
-                not_scraped = await self._scrape_check(spec, name, namespace, tier, current, now)
+        if need.load_test is not None:
+            load_test = await self._load_test(namespace, name, need.load_test.tier, need.load_test.attempt)
+        if need.metrics is not None and now >= need.metrics.not_before:
+            m = need.metrics
+            metrics = await self._prometheus_reader(spec).window(
+                namespace, naming.engine_name(name, m.tier), m.start, m.end, traced=m.traced
+            )
+        if need.scrape_check is not None:
+            not_scraped = await self._scrape_check(spec, name, namespace, need.scrape_check.tier, need.scrape_check.load_test_started, now)
 
-        obs = Observations(
+        return Observations(
             now=now,
             generation=generation,
             fleet=fleet,
@@ -577,8 +356,29 @@ class Reconciler:
             engine_not_scraped=not_scraped,
             architecture=arch,
             gpu=gpu,
+            gpu_product=product,
+            architecture_json=arch_json,
+            product_selectors=tuple(sorted(selectors.items())),
+            placement_problem=problem,
         )
-        return obs, ctx
+
+    async def _load_test(self, namespace: str, name: str, tier: Tier, attempt: int) -> LoadTestState:
+        """The load-test Job of this attempt: whether it exists, its outcome and the summary its pod left."""
+        job_name = naming.load_test_name(name, tier, attempt)
+        job = await self.reader.job(namespace, job_name)
+        if job is None:
+            return LoadTestState(attempt=attempt, exists=False)
+        succeeded, failed, message = pod_status.job_outcome(job)
+        summary = None
+        if succeeded or failed:
+            job_pods = await self.reader.job_pods(namespace, job_name)
+            term = pod_status.termination_message(job_pods, manifests.LOADGEN_CONTAINER)
+            summary = pod_status.parse_summary(term)
+            if failed and summary and summary.get("error"):
+                message = f"{message}; load generator: {summary['error']}"
+            elif failed and term and not summary:
+                message = f"{message}; {term[-300:]}"
+        return LoadTestState(attempt, True, succeeded, failed, summary, message)
 
     async def _engine_logs(self, namespace: str, pods: list[dict[str, Any]]) -> dict[str, str | None]:
         """The log of each engine run that failed (read once per run; see EngineLogCache).
@@ -607,40 +407,6 @@ class Reconciler:
             out[run.pod] = text
         return out
 
-    async def _fleet_lists(self, wait: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Every node and every pod holding resources, from the shared cache (see FleetCache).
-
-        ``wait=False`` returns the last read as it is, starting nothing: the caller holds the capacity
-        lock and called with ``wait=True`` just before taking it.
-        """
-        cache = self.fleet_cache
-        if not wait:
-            return cache.nodes, cache.pods
-        age = math.inf if cache.fetched_at is None else self.clock() - cache.fetched_at
-        if age >= cache.max_age and cache.refreshing is None:
-            cache.refreshing = asyncio.ensure_future(self._refresh_fleet())
-        if age >= STALE_FLEET_WAIT_FACTOR * cache.max_age and cache.refreshing is not None:
-            # Nothing read yet, or the last read is from before a quiet spell: wait for a fresh one.
-            await asyncio.shield(cache.refreshing)
-        return cache.nodes, cache.pods
-
-    async def _refresh_fleet(self) -> None:
-        cache = self.fleet_cache
-        requested = self.clock()
-        try:
-            nodes = await self.reader.nodes()
-            pods = await self.reader.active_pods_on_nodes()
-            cache.nodes, cache.pods, cache.views = nodes, pods, {}
-            cache.fetched_at = requested
-            cache.reads += 1
-        except Exception as exc:
-            if cache.fetched_at is not None:  # a background refresh: log, keep the last read, retry next pass
-                log.warning("Listing nodes and pods for the capacity check failed: %s", exc)
-                return
-            raise
-        finally:
-            cache.refreshing = None
-
     def _prometheus_reader(self, spec: ExperimentSpec) -> Any:
         url = spec.metrics.prometheus_url or self.settings.prometheus_url
         reader = self._prometheus.get(url)
@@ -648,12 +414,9 @@ class Reconciler:
             reader = self._prometheus[url] = self._prometheus_factory(url, self.settings.prometheus_scrape_interval_seconds)
         return reader
 
-    async def _scrape_check(self, spec: ExperimentSpec, name: str, namespace: str, tier: Tier, current: Any, now: float) -> str | None:
-        """During the first tier's load test (two scrape intervals in): what Prometheus lacks of the engine, or None."""
-        from kneepoint.core.ladder import parse_rfc3339
-
-        started = parse_rfc3339(current.load_test_started_at)
-        if started is None or now - started < 2 * self.settings.prometheus_scrape_interval_seconds:
+    async def _scrape_check(self, spec: ExperimentSpec, name: str, namespace: str, tier: Tier, started: float, now: float) -> str | None:
+        """Two scrape intervals into the load test: what Prometheus lacks of the engine, or None."""
+        if now - started < 2 * self.settings.prometheus_scrape_interval_seconds:
             return None
         reader = self._prometheus_reader(spec)
         prefix = naming.engine_name(name, tier)
@@ -661,19 +424,6 @@ class Reconciler:
         if scraped is False:
             return f"Prometheus {reader.url} has no {ENGINE_SERIES} series for the engine's pods {namespace}/{prefix}-*"
         return None
-
-    async def _metrics(self, spec: ExperimentSpec, name: str, namespace: str, tier: Tier, current: Any, now: float) -> Any:
-        from kneepoint.core.ladder import parse_rfc3339
-
-        end = parse_rfc3339(current.load_test_finished_at)
-        start = parse_rfc3339(current.load_test_started_at)
-        if end is None or start is None or now - end < self.settings.ladder.metrics_settle_seconds:
-            return None
-        url = spec.metrics.prometheus_url or self.settings.prometheus_url
-        reader = self._prometheus.get(url)
-        if reader is None:
-            reader = self._prometheus[url] = self._prometheus_factory(url, self.settings.prometheus_scrape_interval_seconds)
-        return await reader.window(namespace, naming.engine_name(name, tier), start, end, traced=not current.multi_node)
 
     # ------------------------------------------------------------------ apply
     async def _ensure_group(
@@ -692,18 +442,17 @@ class Reconciler:
         owner: manifests.Owner,
         status: ExperimentStatus,
         obs: Observations,
-        ctx: dict[str, Any],
     ) -> ExperimentStatus:
         build = manifests.BuildContext(
             operator_image=self.settings.operator_image,
-            architecture_json=ctx.get("architecture_json"),
+            architecture_json=obs.architecture_json,
             architecture=obs.architecture,
-            gpu_product=ctx.get("gpu_product") or spec.placement.gpu_product,
-            require_nvlink=bool(ctx.get("require_nvlink", True)),
+            gpu_product=obs.gpu_product or spec.placement.gpu_product,
+            require_nvlink=obs.require_nvlink,
             pretend_termination_message=self.settings.sandbox_pretend_termination_message,
         )
         if isinstance(action, EnsureEngine):
-            selectors = ctx.get("product_selectors") or {}
+            selectors = dict(obs.product_selectors)
             chosen = [selectors[n] for n in (action.node_name, *action.node_names) if n in selectors]
             if not chosen and len(set(selectors.values())) == 1:
                 chosen = list(selectors.values())
@@ -730,15 +479,6 @@ class Reconciler:
             await self.writer.replace_config_map(kserve.build_recommendation_configmap(owner, action.decision, export))
             if export.not_exportable:
                 log.warning("%s/%s: %s", owner.namespace, owner.name, export.not_exportable)
-            status = dataclasses.replace(
-                status,
-                recommendation=Recommendation(
-                    config_map_name=naming.recommendation_name(owner.name),
-                    min_replicas=export.scaling.min_replicas,
-                    max_replicas=export.scaling.max_replicas,
-                    scale_metric=export.scaling.scale_metric,
-                    scale_target=export.scaling.scale_target,
-                    not_exportable=export.not_exportable,
-                ),
-            )
+            numbers = recommendation(spec, action.decision, naming.recommendation_name(owner.name), export.not_exportable)
+            status = dataclasses.replace(status, recommendation=numbers)
         return status

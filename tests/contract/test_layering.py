@@ -1,4 +1,4 @@
-"""The layering rules hold: a pure core, handlers > reconciler > (kube | metrics) > core.
+"""The layering rules hold: a pure core, handlers > reconciler > GPU broker > (kube | metrics) > core.
 
 First line: import-linter with the repository's ``.importlinter`` (the same check as
 running ``lint-imports``). Second line: an AST walk of ``kneepoint/core`` that fails on any
@@ -70,7 +70,8 @@ def test_contracts_say_what_the_architecture_requires() -> None:
     assert _lines(core["source_modules"]) == ["kneepoint.core"]
     assert CORE_FORBIDDEN <= set(_lines(core["forbidden_modules"]))
     layers = _lines(contracts["operator-layers"]["layers"])
-    assert layers == ["(kneepoint.handlers)", "(kneepoint.reconciler)", "(kneepoint.kube) | (kneepoint.metrics)", "kneepoint.core"]
+    assert layers == ["(kneepoint.handlers)", "(kneepoint.reconciler)", "(kneepoint.broker)", "(kneepoint.kube) | (kneepoint.metrics)",
+                      "kneepoint.core"]
     bottom = _lines(contracts["core-imports-no-other-package"]["layers"])
     assert bottom[-1] == "kneepoint.core"
     # A top-level package missing from this list is still caught by the AST walk below.

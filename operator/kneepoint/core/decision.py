@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from kneepoint.core.capacity import SOURCE_MEASURED, CapacityPlan, cost_per_million_tokens, plan_capacity
+from kneepoint.core.replicas_cost import SOURCE_MEASURED, CapacityPlan, cost_per_million_tokens, plan_capacity
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.record_table import format_comparison_line, format_go_on, format_memory_line, format_stay, format_tier_line
 from kneepoint.core.spec import ExperimentSpec

@@ -535,7 +535,12 @@ def _extra_arg_int(extra_args: tuple[str, ...], flag: str) -> int | None:
 
 
 def estimate_ladder(spec: ExperimentSpec, arch: ModelArchitecture, gpu: GpuType) -> list[MemoryEstimate]:
-    """Estimate every tier of the experiment's ladder with its fixed model, engine and load settings.
+    """Estimate every tier of the experiment's ladder with its fixed model, engine and load settings."""
+    return [estimate_tier(spec, arch, gpu, tier) for tier in build_ladder(spec.tiers.tensor_parallel, spec.tiers.pipeline_parallel)]
+
+
+def estimate_tier(spec: ExperimentSpec, arch: ModelArchitecture, gpu: GpuType, tier: Tier) -> MemoryEstimate:
+    """Estimate one tier with the experiment's model, engine and load settings (the one estimate the ladder uses).
 
     Context per sequence is ``load.inputLen + load.outputLen``; ``--max-num-batched-tokens``
     is taken from ``engine.extraArgs`` when set there; in mode Simulate a fixed
@@ -544,21 +549,18 @@ def estimate_ladder(spec: ExperimentSpec, arch: ModelArchitecture, gpu: GpuType)
     link = None
     if spec.mode == "Simulate" and spec.simulation.interconnect != "auto":
         link = spec.simulation.interconnect
-    return [
-        estimate_memory(
-            arch,
-            gpu,
-            tier,
-            dtype=spec.model.dtype,
-            kv_cache_dtype=spec.model.kv_cache_dtype,
-            max_model_len=spec.model.max_model_len,
-            concurrency=spec.load.concurrency,
-            context_len=spec.load.input_len + spec.load.output_len,
-            gpu_memory_utilization=spec.engine.gpu_memory_utilization,
-            enforce_eager=spec.engine.enforce_eager,
-            max_num_batched_tokens=_extra_arg_int(spec.engine.extra_args, "--max-num-batched-tokens"),
-            max_num_seqs=spec.max_num_seqs,
-            interconnect=link,
-        )
-        for tier in build_ladder(spec.tiers.tensor_parallel, spec.tiers.pipeline_parallel)
-    ]
+    return estimate_memory(
+        arch,
+        gpu,
+        tier,
+        dtype=spec.model.dtype,
+        kv_cache_dtype=spec.model.kv_cache_dtype,
+        max_model_len=spec.model.max_model_len,
+        concurrency=spec.load.concurrency,
+        context_len=spec.load.input_len + spec.load.output_len,
+        gpu_memory_utilization=spec.engine.gpu_memory_utilization,
+        enforce_eager=spec.engine.enforce_eager,
+        max_num_batched_tokens=_extra_arg_int(spec.engine.extra_args, "--max-num-batched-tokens"),
+        max_num_seqs=spec.max_num_seqs,
+        interconnect=link,
+    )

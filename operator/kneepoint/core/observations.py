@@ -6,7 +6,7 @@ hands them to :func:`kneepoint.core.ladder.reconcile_step`, which never does I/O
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 # Why an engine could not start, as read from pods and events.
@@ -37,7 +37,7 @@ class DomainCapacity:
 
 @dataclass(frozen=True)
 class FleetView:
-    """The GPU nodes that match the experiment's placement."""
+    """The GPU nodes that match the experiment's placement (where a tier fits: :mod:`kneepoint.core.placement`)."""
 
     domains: tuple[DomainCapacity, ...] = ()
 
@@ -49,66 +49,6 @@ class FleetView:
 
     def has_nvlink(self) -> bool:
         return any(d.nvlink_domain_size > 1 for d in self.domains)
-
-    def can_ever_hold(self, gpus: int, require_nvlink: bool) -> bool:
-        """Whether some node could hold a replica of ``gpus`` GPUs in one domain, if it were empty."""
-        for d in self.domains:
-            if d.gpus_total < gpus:
-                continue
-            if require_nvlink and gpus > 1 and d.nvlink_domain_size < gpus:
-                continue
-            return True
-        return False
-
-    def free_now(self, gpus: int, require_nvlink: bool) -> DomainCapacity | None:
-        """A domain with ``gpus`` free GPUs now, preferring the tightest fit (less fragmentation)."""
-        fits = [
-            d
-            for d in self.domains
-            if d.gpus_free >= gpus and (not require_nvlink or gpus == 1 or d.nvlink_domain_size >= gpus)
-        ]
-        return min(fits, key=lambda d: (d.gpus_free, d.node_name)) if fits else None
-
-    # -- multi-node groups (one replica = ``pods`` pods of ``gpus_per_pod`` GPUs each)
-
-    def _group_slots(self, gpus_per_pod: int, require_nvlink: bool, free: bool) -> dict[str | None, list[DomainCapacity]]:
-        """Per topology domain, one entry per pod a node can take (a node with room for two pods appears twice)."""
-        slots: dict[str | None, list[DomainCapacity]] = {}
-        for d in sorted(self.domains, key=lambda d: (-(d.gpus_free if free else d.gpus_total), d.node_name)):
-            if require_nvlink and gpus_per_pod > 1 and d.nvlink_domain_size < gpus_per_pod:
-                continue
-            room = (d.gpus_free if free else d.gpus_total) // max(1, gpus_per_pod)
-            slots.setdefault(d.topology_domain, []).extend([d] * room)
-        return slots
-
-    def can_ever_hold_group(self, gpus_per_pod: int, pods: int, require_nvlink: bool, topology_key: str | None = None) -> bool:
-        """Whether the fleet, if empty, could place ``pods`` pods of ``gpus_per_pod`` GPUs each (TP inside each
-        pod's NVLink domain), all in one topology domain when ``topology_key`` is set."""
-        slots = self._group_slots(gpus_per_pod, require_nvlink, free=False)
-        if topology_key is None:
-            return sum(len(v) for v in slots.values()) >= pods
-        return any(len(v) >= pods for k, v in slots.items() if k is not None)
-
-    def free_group(
-        self, gpus_per_pod: int, pods: int, require_nvlink: bool, topology_key: str | None = None
-    ) -> tuple[DomainCapacity, ...] | None:
-        """Nodes with room now for the group's pods (most free first, one entry per pod), or None.
-
-        With ``topology_key`` all of them share one value of that label; without it the group
-        may use any nodes. A node listed twice takes two of the group's pods.
-        """
-        slots = self._group_slots(gpus_per_pod, require_nvlink, free=True)
-        if topology_key is None:
-            merged = sorted((d for v in slots.values() for d in v), key=lambda d: (-d.gpus_free, d.node_name))
-            return tuple(merged[:pods]) if len(merged) >= pods else None
-        for key in sorted(k for k in slots if k is not None):
-            if len(slots[key]) >= pods:
-                return tuple(slots[key][:pods])
-        return None
-
-    def group_nodes_possible(self, gpus_per_pod: int, require_nvlink: bool) -> int:
-        """How many pods of ``gpus_per_pod`` GPUs the whole fleet could hold if it were empty (for messages)."""
-        return sum(len(v) for v in self._group_slots(gpus_per_pod, require_nvlink, free=False).values())
 
 
 @dataclass(frozen=True)
@@ -202,4 +142,17 @@ class Observations:
     gpu: Any = None
     """The GpuType of the experiment's GPU product (spec.placement.gpuProduct, else the product recorded at a tier's
     placement, else the first product of the matching fleet)."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    gpu_product: str | None = None
+    """The GPU product the experiment runs on (spec, recorded at a placement, or the matching fleet's first)."""
+    architecture_json: str | None = None
+    """The resolved architecture as the simulator reads it (a preset name or config.json text)."""
+    product_selectors: tuple[tuple[str, str], ...] = ()
+    """(node, label key) pairs: which label each node matched the product by (GFD's, -SHARED included, or the
+    probe's); an engine selects on that one, so a tier that looked schedulable is."""
+    placement_problem: str | None = None
+    """Why no node can ever hold the experiment (naming the spec field), read where the fleet view is empty."""
+
+    @property
+    def require_nvlink(self) -> bool:
+        """Multi-GPU tiers need NVLink-connected GPUs where the fleet has NVLink at all."""
+        return bool(self.fleet and self.fleet.has_nvlink())

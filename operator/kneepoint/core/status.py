@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kneepoint.core.apifields import api_field, from_json, to_json
+from kneepoint.core.rule_names import LAST_TIER, RULES
 
 # Tier phases, in the order a tier normally moves through them.
 TIER_PENDING = "Pending"
@@ -33,15 +34,6 @@ TIER_PHASES = (
 
 PHASES = ("Pending", "Planning", "Profiling", "Decided", "Failed")
 
-RULES = (
-    "memory-headroom",
-    "throughput-gain",
-    "p99-degradation",
-    "comm-fraction",
-    "last-tier",
-    "budget",
-    "only-tier",
-)
 # Where a tier's needed-memory figure takes its KV pool from.
 PEAK_MEMORY_FROM_VLLM = "vllm-cache-config"
 PEAK_MEMORY_FROM_ESTIMATE = "estimate"
@@ -196,7 +188,7 @@ class Decision:
     pipeline_parallel: int = api_field("Decided pipeline-parallel size.", default=1)
     gpus_per_replica: int = api_field("GPUs per replica.", default=1)
     replicas: int = api_field("Replicas for peak concurrency, redundancy included.", default=1)
-    rule: str = api_field("The stop rule that decided.", default="last-tier", enum=RULES)
+    rule: str = api_field("The stop rule that decided.", default=LAST_TIER, enum=RULES)
     rules_fired: tuple[str, ...] | None = api_field("Every rule that fired at the deciding step.", default=None)
     reason: str = api_field("The comparison line and conclusion, with numbers.", default="")
     classification: str = api_field("single-gpu-enough, does-not-fit or cannot-keep-up.", default="single-gpu-enough", enum=CLASSIFICATIONS)

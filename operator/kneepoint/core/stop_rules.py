@@ -17,13 +17,15 @@ from kneepoint.core.spec import StopRulesSpec
 from kneepoint.core.status import TierResult
 from kneepoint.core.tiers import Tier
 
-MEMORY_HEADROOM = "memory-headroom"
-THROUGHPUT_GAIN = "throughput-gain"
-P99_DEGRADATION = "p99-degradation"
-COMM_FRACTION = "comm-fraction"
-LAST_TIER = "last-tier"
-BUDGET = "budget"
-ONLY_TIER = "only-tier"
+from kneepoint.core.rule_names import (
+    BUDGET as BUDGET,  # re-exported: the rules' readers name them from here
+    COMM_FRACTION,
+    LAST_TIER as LAST_TIER,  # re-exported: the rules' readers name them from here
+    MEMORY_HEADROOM,
+    ONLY_TIER as ONLY_TIER,  # re-exported: the rules' readers name them from here
+    P99_DEGRADATION,
+    THROUGHPUT_GAIN,
+)
 
 # Step rules in evaluation order; the first that fires names the decision.
 STEP_RULES = (THROUGHPUT_GAIN, P99_DEGRADATION, COMM_FRACTION)

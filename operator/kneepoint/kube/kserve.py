@@ -38,6 +38,8 @@ import yaml
 from kneepoint.core.apifields import to_json
 from kneepoint.core.architectures import ModelArchitecture
 from kneepoint.core.memory_estimate import weight_bytes_per_gpu
+from kneepoint.core.metric_names import RUNNING_REQUESTS
+from kneepoint.core.recommendation import STANDARD, canonical_mode, is_multi_node, recommendation
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
@@ -52,12 +54,9 @@ GPU_RESOURCE_TYPES = "serving.kserve.io/gpu-resource-types"
 KNATIVE_TARGET_UTILIZATION = "autoscaling.knative.dev/target-utilization-percentage"
 # KServe's DefaultGPUResourceTypeList (pkg/constants/constants.go); others need GPU_RESOURCE_TYPES.
 KSERVE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "habana.ai/gaudi")
-STANDARD = "Standard"
-KNATIVE = "Knative"
-# KServe <= 0.15 names -> the names since v0.16 (KServe's ParseDeploymentMode).
-LEGACY_MODES = {"RawDeployment": STANDARD, "Serverless": KNATIVE}
-# The metric KEDA scales on: requests the engine is running now (vLLM's gauge).
-RUNNING_REQUESTS_METRIC = "vllm:num_requests_running"
+# The deployment modes, their legacy names and the metric KEDA scales on (vLLM's running-requests gauge)
+# are defined with status.recommendation's numbers, in core.
+RUNNING_REQUESTS_METRIC = RUNNING_REQUESTS
 PREDICTOR_CONTAINER = "kserve-container"
 WORKER_CONTAINER = "worker-container"
 MULTI_NODE_STORAGE = ("pvc", "oci")
@@ -72,11 +71,6 @@ NAME_MAX_LENGTH = 39
 
 class NotExportable(ValueError):
     """The decided tier cannot be expressed as an InferenceService KServe accepts; the message says why."""
-
-
-def canonical_mode(mode: str) -> str:
-    """Standard or Knative, whichever name (new or KServe <= 0.15) was given."""
-    return LEGACY_MODES.get(mode, mode)
 
 
 def isvc_name(model_name: str) -> str:
@@ -149,11 +143,6 @@ def _hub_token_env(spec: ExperimentSpec) -> list[dict[str, Any]]:
     if ref is None:
         return []
     return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]
-
-
-def is_multi_node(decision: Decision) -> bool:
-    # multiNode is unset on decisions recorded before it existed: PP > 1 meant multi-node then.
-    return decision.multi_node if decision.multi_node is not None else decision.pipeline_parallel > 1
 
 
 def multi_node_problem(spec: ExperimentSpec, mode: str) -> str | None:
@@ -370,12 +359,8 @@ def build_recommendation_configmap(owner: Owner, decision: Decision, export: Exp
 
 def planned_scaling(spec: ExperimentSpec, decision: Decision, deployment_mode: str | None = None) -> Autoscaling:
     """The scaling :func:`build_inference_service` sets, without building it (the report's summary)."""
-    mode = canonical_mode(deployment_mode or spec.export.kserve.deployment_mode)
-    target = decision.per_replica_concurrency or spec.load.concurrency
-    if is_multi_node(decision):
-        return Autoscaling(decision.replicas, decision.replicas, "none", target)
-    metric = RUNNING_REQUESTS_METRIC if mode == STANDARD else "concurrency"
-    return Autoscaling(min(spec.capacity.min_replicas, decision.replicas), decision.replicas, metric, target)
+    r = recommendation(spec, decision, "", deployment_mode=deployment_mode)
+    return Autoscaling(r.min_replicas, r.max_replicas, r.scale_metric, r.scale_target)
 
 
 def export_problem(spec: ExperimentSpec, decision: Decision, deployment_mode: str | None = None) -> str | None:

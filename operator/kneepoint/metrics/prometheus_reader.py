@@ -95,9 +95,9 @@ class PrometheusReader:
         # reported per tier but never delays the ladder. The trace figures are required: the
         # ladder waits for them up to its metrics deadline (the sidecar publishes after the
         # load test's profiled slice), then records the tier without them.
-        optional = (promql.NVLINK_TX, promql.PCIE_TX, promql.PCIE_RX)
+        optional = promql.OPTIONAL_METRICS
         if not traced:
-            optional += (promql.COMM_FRACTION, promql.RANK_SKEW_FRACTION)
+            optional += promql.TRACE_METRICS
         required = [n for n in values if n not in optional]
         missing = tuple(n for n in required if values[n] is None)
         fb = values[promql.FB_USED]

@@ -14,27 +14,31 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-# Metric names (kept in one place; the simulator exports the same names).
-FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
-GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
-NVLINK_TX = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # bytes/s (a profiling field dcgm-exporter ships commented out)
-PCIE_TX = "DCGM_FI_PROF_PCIE_TX_BYTES"  # bytes/s, in dcgm-exporter's default counters
-PCIE_RX = "DCGM_FI_PROF_PCIE_RX_BYTES"  # bytes/s
-KV_USAGE = "vllm:kv_cache_usage_perc"  # fraction 0-1
-CACHE_CONFIG_INFO = "vllm:cache_config_info"  # gauge = 1; the engine's KV pool is in its labels
+# Metric names are defined once in core (the ladder names missing ones); re-exported (``X as X``) for promql's readers.
+from kneepoint.core.metric_names import (
+    CACHE_CONFIG_INFO,
+    COMM_FRACTION as COMM_FRACTION,
+    FB_USED,
+    GPU_UTIL,
+    KV_USAGE,
+    NVLINK_TX,
+    OPTIONAL_METRICS as OPTIONAL_METRICS,
+    PCIE_RX,
+    PCIE_TX,
+    PREEMPTIONS,
+    RANK_SKEW_FRACTION as RANK_SKEW_FRACTION,
+    RUNNING_REQUESTS,
+    TRACE_METRICS,
+    TRACE_SLICES as TRACE_SLICES,
+    TRACE_STEPS as TRACE_STEPS,
+)
+
 # Labels of CACHE_CONFIG_INFO that size the pool. vLLM 0.24/0.33 write kv_cache_size_tokens
 # (= num_gpu_blocks x block_size, from the engine handshake; a real scrape:
 # tests/data/vllm/8b-tp1-metrics-after-load.txt); engines without it give blocks and block size.
 POOL_TOKENS_LABEL = "kv_cache_size_tokens"
 POOL_BLOCKS_LABEL = "num_gpu_blocks"
 BLOCK_SIZE_LABEL = "block_size"
-PREEMPTIONS = "vllm:num_preemptions_total"  # counter
-# Exported by the engine pod's trace sidecar (`kneepoint trace --watch`, docs/trace.md) from
-# the profiled slice's torch-profiler traces: vLLM and the simulator alike.
-COMM_FRACTION = "kneepoint_comm_fraction"  # gauge 0-1: median smallest-rank collective time / step time
-RANK_SKEW_FRACTION = "kneepoint_rank_skew_fraction"  # gauge 0-1: median (largest - smallest) / step time
-TRACE_STEPS = "kneepoint_trace_steps"  # gauge: steps in the last analysed slice
-TRACE_SLICES = "kneepoint_trace_slices"  # counter (exposed with _total): slices analysed
 
 
 @dataclass(frozen=True)
@@ -136,11 +140,11 @@ def trace_queries(namespace: str, pod_prefix: str, seconds: int) -> list[WindowQ
     sel = pod_selectors(namespace, pod_prefix)[:1]  # the sidecar is scraped like vLLM: pod/namespace target labels
     r = f"[{seconds}s]"
     return [
-        WindowQuery(name, f"max(last_over_time({name}{{{sel[0]}}}{r}))") for name in (COMM_FRACTION, RANK_SKEW_FRACTION)
+        WindowQuery(name, f"max(last_over_time({name}{{{sel[0]}}}{r}))") for name in TRACE_METRICS
     ]
 
 
-ENGINE_SERIES = "vllm:num_requests_running"
+ENGINE_SERIES = RUNNING_REQUESTS
 
 
 def engine_series_query(namespace: str, pod_prefix: str) -> str:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kneepoint.core.capacity import replicas_needed
+from kneepoint.core.replicas_cost import replicas_needed
 from kneepoint.core.decision import REMAINING_PHASES, STATE_CONTINUE, STATE_DECIDED, decide, tier_does_not_fit
 from kneepoint.core.spec import CapacitySpec, ExperimentSpec, LoadSpec, ModelSpec, SloSpec, StopRulesSpec, TiersSpec
 from kneepoint.core.status import TIER_MEASURED, TierResult

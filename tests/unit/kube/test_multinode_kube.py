@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kneepoint.core import placement
 from kneepoint.core import observations as obs
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.status import Decision
@@ -143,8 +144,8 @@ def test_fleet_view_fills_the_topology_domain():
     view = pod_status.fleet_view([node("a", "r1"), node("b", "r1"), node("c", None)], [], "nvidia.com/gpu", None, {},
                                  topology_key="example.com/rack")
     assert [d.topology_domain for d in view.domains] == ["r1", "r1", None]
-    assert view.can_ever_hold_group(8, 2, True, "example.com/rack")
-    assert not view.can_ever_hold_group(8, 3, True, "example.com/rack")  # c has no rack label
-    assert view.can_ever_hold_group(8, 3, True, None)
-    assert [d.node_name for d in view.free_group(8, 2, True, "example.com/rack")] == ["a", "b"]
-    assert view.free_group(4, 4, True, "example.com/rack") is not None  # two pods per node
+    assert placement.can_ever_hold_group(view, 8, 2, True, "example.com/rack")
+    assert not placement.can_ever_hold_group(view, 8, 3, True, "example.com/rack")  # c has no rack label
+    assert placement.can_ever_hold_group(view, 8, 3, True, None)
+    assert [d.node_name for d in placement.free_group(view, 8, 2, True, "example.com/rack")] == ["a", "b"]
+    assert placement.free_group(view, 4, 4, True, "example.com/rack") is not None  # two pods per node

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from kneepoint.core import placement
 from kneepoint.core import observations as obs
 from kneepoint.kube import pod_status
 
@@ -119,10 +120,10 @@ def test_fleet_view_counts_free_gpus_and_filters():
     free = {d.node_name: d.gpus_free for d in fleet.domains}
     assert free == {"h200-0": 2, "h200-1": 7}
     assert fleet.has_nvlink()
-    assert fleet.free_now(2, True).node_name == "h200-0"  # tightest fit first
-    assert fleet.free_now(8, True) is None
-    assert fleet.can_ever_hold(8, True) and not fleet.can_ever_hold(16, True)
+    assert placement.free_now(fleet, 2, True).node_name == "h200-0"  # tightest fit first
+    assert placement.free_now(fleet, 8, True) is None
+    assert placement.can_ever_hold(fleet, 8, True) and not placement.can_ever_hold(fleet, 16, True)
     pcie = pod_status.fleet_view(nodes, pods, "nvidia.com/gpu", "NVIDIA-L40S", {}, None)
     assert not pcie.has_nvlink() and pcie.domains[0].interconnect == "pcie"
-    assert pcie.can_ever_hold(4, require_nvlink=False)
-    assert not pcie.can_ever_hold(4, require_nvlink=True)
+    assert placement.can_ever_hold(pcie, 4, require_nvlink=False)
+    assert not placement.can_ever_hold(pcie, 4, require_nvlink=True)

@@ -15,7 +15,8 @@ from typing import Any
 
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import naming
-from kneepoint.reconciler import Reconciler, WaitQueue
+from kneepoint.broker import WaitQueue
+from kneepoint.reconciler import Reconciler
 from kneepoint.settings import OperatorSettings
 
 from fake_cluster import FakeApi, node

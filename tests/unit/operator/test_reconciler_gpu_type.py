@@ -13,6 +13,7 @@ from typing import Any
 from kneepoint.core.ladder import rfc3339
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.status import TIER_COLLECTING, ExperimentStatus
+from kneepoint.core.needs import needs
 from kneepoint.reconciler import Reconciler
 from kneepoint.settings import OperatorSettings
 
@@ -50,6 +51,7 @@ def test_a_node_selector_experiment_records_the_product_at_placement_and_knows_i
     collecting = dataclasses.replace(tp1, phase=TIER_COLLECTING, load_test_started_at=rfc3339(NOW - 60), load_test_finished_at=rfc3339(NOW))
     spec = parse_spec(api.objects["x"]["spec"])
     before = len(api.calls)
-    obs, ctx = asyncio.run(r._observe("x", "ns", "uid-x", spec, status.with_tier(collecting), 1))
-    assert obs.gpu is not None and obs.gpu.name == "h200" and ctx["gpu_product"] == "NVIDIA-H200"
+    later = status.with_tier(collecting)
+    obs = asyncio.run(r._observe("x", "ns", "uid-x", spec, later, 1, needs(spec, later)))
+    assert obs.gpu is not None and obs.gpu.name == "h200" and obs.gpu_product == "NVIDIA-H200"
     assert "nodes" not in api.calls[before:] and obs.fleet is None

@@ -110,7 +110,7 @@ def test_sleep_without_deadline_returns_on_wake():
 
 def test_cached_view_with_reservations_equals_a_fresh_fleet_view():
     from kneepoint.kube import pod_status
-    from kneepoint.reconciler import FleetCache
+    from kneepoint.broker import FleetCache
 
     nodes = [node("h200-0"), node("h200-1"), node("h200-2", gpus=4)]
     pods = [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 from kneepoint.core.tiers import Tier
 from kneepoint.metrics import promql
@@ -35,10 +34,9 @@ def _reconciler(scraped: bool | None) -> tuple[Reconciler, list[FakePrometheus]]
     return Reconciler(api, api, OperatorSettings(), clock=lambda: NOW, prometheus_factory=factory), made  # type: ignore[arg-type]
 
 
-def _current(started_ago: float) -> SimpleNamespace:
-    from kneepoint.core.ladder import rfc3339
-
-    return SimpleNamespace(load_test_started_at=rfc3339(NOW - started_ago))
+def _current(started_ago: float) -> float:
+    """When the load test started (needs() passes the start, parsed from the tier's status)."""
+    return NOW - started_ago
 
 
 def test_no_engine_series_is_reported_with_the_url_and_the_pods() -> None:

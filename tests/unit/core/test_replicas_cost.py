@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kneepoint.core.capacity import (
+from kneepoint.core.replicas_cost import (
     SOURCE_ESTIMATED,
     SOURCE_MEASURED,
     SOURCE_UNCHECKED,
