@@ -34,7 +34,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-from test_examples import BAD_SPECS, BASE, _bad, _set  # noqa: E402
+from test_examples import BAD_SPECS, BASE, _bad, _set
 
 # Cases the issue names that BAD_SPECS does not hold (wrong types, negative thresholds).
 EXTRA_BAD = [

@@ -403,13 +403,13 @@ def match_preset_for_model_name(name: str) -> str | None:
     text = _normalise_model_name(name)
     if not text:
         return None
-    rows = _preset_rows()
-    for row in rows:
-        if text == row["name"]:
-            return row["name"]
-    for row in rows:
-        if any(re.search(pattern, text) for pattern in row.get("modelNamePatterns", ())):
-            return row["name"]
+    names: list[tuple[str, Any]] = [(row["name"], row.get("modelNamePatterns", ())) for row in _preset_rows()]
+    for preset, _ in names:
+        if text == preset:
+            return preset
+    for preset, patterns in names:
+        if any(re.search(pattern, text) for pattern in patterns):
+            return preset
     return None
 
 

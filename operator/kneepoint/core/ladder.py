@@ -637,7 +637,7 @@ def _tier_deploying(p: _Pass, current: TierResult) -> None:
         p.requeue(p.settings.poll_seconds)
         return
 
-    kind, message = engine.start_failure, engine.failure_message or ""
+    kind, message = engine.start_failure or "", engine.failure_message or ""
     if kind == START_OUT_OF_MEMORY:
         _fail_tier(p, current, reasons.TIER_OUT_OF_MEMORY, f"out of memory at start: {message}".strip(), does_not_fit=True)
         return

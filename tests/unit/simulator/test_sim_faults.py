@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from kneepoint.simulator.command import command
 from kneepoint.simulator.server import start, stop
 
-from test_sim_http import MODEL, make_settings  # noqa: E402  (same directory)
+from test_sim_http import MODEL, make_settings  # same directory
 
 
 async def _statuses(fraction: str, n: int) -> list[int]:
