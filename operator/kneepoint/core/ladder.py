@@ -288,9 +288,8 @@ def reconcile_step(
     p = _Pass(spec, status, obs, settings or LadderSettings())
     spec_hash = spec_hash or measurement_hash(spec)
 
-    if get_condition(p.status.conditions, reasons.ACCEPTED) is None or (
-        get_condition(p.status.conditions, reasons.ACCEPTED).status != "True"  # type: ignore[union-attr]
-    ):
+    accepted = get_condition(p.status.conditions, reasons.ACCEPTED)
+    if accepted is None or accepted.status != "True":
         p.condition(reasons.ACCEPTED, "True", reasons.SPEC_VALID, "The spec is valid.")
         p.progressed = True
 
