@@ -222,7 +222,7 @@ def test_sigkill_storm_at_random_moments_through_a_three_tier_ladder(sandbox: An
     assert final["phase"] == "Decided", final
     assert (final["decision"]["tensorParallel"], final["decision"]["rule"]) == (4, "last-tier")
     assert [(t["name"], t["phase"], t["attempts"]) for t in final["tiers"]] == [
-        ("tp1-pp1", "Measured", 1), ("tp2-pp1", "Measured", 1), ("tp4-pp1", "Measured", 1)]  # fmt: skip
+        ("tp1-pp1", "Measured", 1), ("tp2-pp1", "Measured", 1), ("tp4-pp1", "Measured", 1)]
     assert ledger.duplicates(namespace=namespace) == {}
     assert sorted(ledger.created("Job", namespace)) == [f"{namespace}/{name}-tp{n}-pp1-load1" for n in (1, 2, 4)]
     assert cluster.children(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
