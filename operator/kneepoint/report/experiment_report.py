@@ -89,7 +89,9 @@ def _short(decision: Decision) -> str:
 
 
 def _same_decision(a: Decision, b: Decision) -> bool:
-    key = lambda d: (d.tensor_parallel, d.pipeline_parallel, d.replicas, d.rule)  # noqa: E731
+    def key(d: Decision) -> tuple[int, int, int, str]:
+        return d.tensor_parallel, d.pipeline_parallel, d.replicas, d.rule
+
     return key(a) == key(b)
 
 
