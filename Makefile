@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 LOCKS := requirements/build.txt requirements/test.txt
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCKS) | sha256sum | cut -c1-12)
 
-.PHONY: demo test unit integration lint images sandbox-up sandbox-down clean-venv
+.PHONY: demo test unit contract integration lint images sandbox-up sandbox-down clean-venv
 
 # pip, setuptools and wheel first (pinned), then the locked set, then kneepoint itself
 # without dependencies or build isolation: nothing unlocked is installed; pip check proves
@@ -28,19 +28,27 @@ $(STAMP): pyproject.toml $(LOCKS)
 demo: $(STAMP)
 	$(BIN)/kneepoint demo $(DEMO_ARGS)
 
-## test: the whole suite (unit, contract, integration in the sandbox, reduced benchmarks)
-test: $(STAMP)
-	$(BIN)/lint-imports --no-cache
+## test: lint, then the whole suite (unit, contract, integration in the sandbox, reduced benchmarks)
+test: lint
 	$(BIN)/python -m pytest -q -ra tests
 
+## unit: the fast loop: everything but the sandbox and the tests that build (helm, the wheel)
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit tests/contract tests/images
+	$(BIN)/python -m pytest -q tests/unit tests/contract tests/images -m "not build"
+
+## contract: the contract tests that build: the chart rendered by the pinned helm, the wheel
+contract: $(STAMP)
+	$(BIN)/python -m pytest -q -ra tests/contract tests/images -m build
 
 integration: $(STAMP)
 	$(BIN)/python -m pytest -q -ra tests/integration
 
+## lint: import contracts, ruff (lint and format) and mypy, configured in pyproject.toml
 lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
+	$(BIN)/mypy
 
 ## images: build both images with buildah on a debootstrap Debian base, run them as the
 ## cluster does (non-root, read-only root filesystem), print their sizes (docs/install.md).

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.killpg(operator.pid, signal.SIGKILL)
         try:
             core.delete_namespace(namespace)
-        except Exception:
+        except Exception:  # noqa: BLE001 - best-effort cleanup: gone already, or the API server stopped
             pass
         api.close()
         if not args.keep_sandbox:

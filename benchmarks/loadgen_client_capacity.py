@@ -69,7 +69,7 @@ def main() -> None:
                      "--save-json", str(saved)],
                     check=True, stdout=subprocess.DEVNULL, env={"TERMINATION_MESSAGE_PATH": str(pathlib.Path(tmp) / "t"),
                                                                 "PATH": "/usr/bin:/bin"},
-                )  # fmt: skip
+                )  # fmt: skip # argv: each flag beside its value
                 document = json.loads(saved.read_text())
             repeat = document["repeats"][0]
             chunks = sum(len(r["itlMs"]) + 1 for r in document["requests"] if r["error"] is None)

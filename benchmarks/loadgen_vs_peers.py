@@ -52,7 +52,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from clients_under_test import (  # noqa: E402
+from clients_under_test import (  # noqa: E402 - after the sys.path entry above
     ClientRun,
     Workload,
     aiperf_command,
@@ -66,8 +66,8 @@ from clients_under_test import (  # noqa: E402
     read_vllm,
     vllm_command,
 )
-from process_tree_cpu import ProcessTreeCpu  # noqa: E402
-from ttft_truth_join import join, read_truth  # noqa: E402
+from process_tree_cpu import ProcessTreeCpu  # noqa: E402 - after the sys.path entry above
+from ttft_truth_join import join, read_truth  # noqa: E402 - after the sys.path entry above
 
 PEERS = ("aiperf", "guidellm", "vllm")
 CLIENT_TIMEOUT_S = 900.0

@@ -247,7 +247,7 @@ class FirstChildWatch(threading.Thread):
                     owner = (event["object"].metadata.labels or {}).get("kneepoint.io/experiment")
                     if owner and owner not in self.first:
                         self.first[owner] = time.monotonic()
-        except Exception:  # the watch ends when the benchmark stops it
+        except Exception:  # noqa: BLE001 - the watch ends when the benchmark stops it
             return
 
 
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             except OSError:
                 if operator.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"operator did not start; see {log_path}")
+                    raise SystemExit(f"operator did not start; see {log_path}") from None
                 time.sleep(0.5)
         time.sleep(3)  # kopf's watches connect
         sampler = ProcessSampler(operator.pid, sandbox.ports.apiserver)
@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"operator log: {log_path}")
     try:
         core.delete_namespace(namespace)
-    except Exception:
+    except Exception:  # noqa: BLE001 - best-effort cleanup: gone already, or the API server stopped
         pass
     api.close()
     if not args.keep_sandbox:

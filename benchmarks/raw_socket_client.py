@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "operator"))
 
-from kneepoint.loadgen.workload import SYNTHETIC_WORDS  # noqa: E402
+from kneepoint.loadgen.workload import SYNTHETIC_WORDS
 
 TOKEN_MARK = b'{"content":"'
 END_MARK = b"data: [DONE]\n\n\r\n0\r\n\r\n"

@@ -32,9 +32,9 @@ from kubernetes import client
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
-from test_sandbox_runner import engine_objects, loadgen_job, simulator_processes  # noqa: E402
+from test_sandbox_runner import engine_objects, loadgen_job, simulator_processes  # noqa: E402 - after the sys.path entry above
 
-from kneepoint.sandbox import controlplane, processes  # noqa: E402
+from kneepoint.sandbox import controlplane, processes  # noqa: E402 - after the sys.path entry above
 
 
 def _until(check: Any, timeout: float = 120.0) -> float:

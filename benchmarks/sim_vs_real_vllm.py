@@ -79,7 +79,7 @@ def run_capture(name: str, capture: dict, port: int, exe: Path) -> dict:
     sim_cmd[sim_cmd.index("--port") + 1] = str(port)
     sim_cmd[sim_cmd.index("--host") + 1] = "127.0.0.1"
     with tempfile.TemporaryDirectory() as tmp:
-        log = open(Path(tmp) / "sim.log", "w")
+        log = open(Path(tmp) / "sim.log", "w")  # noqa: SIM115 - the simulator writes it until the end; the tmp dir removes it
         proc = subprocess.Popen(sim_cmd, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_healthy(port, proc)

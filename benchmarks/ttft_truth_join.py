@@ -23,9 +23,9 @@ from math import nan
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "operator"))
 
-from kneepoint.loadgen.statistics import percentile  # noqa: E402
+from kneepoint.loadgen.statistics import percentile
 
-from clients_under_test import ClientRun  # noqa: E402
+from clients_under_test import ClientRun
 
 
 @dataclass

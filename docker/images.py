@@ -295,7 +295,7 @@ def ensure_base(suite: str, timings: dict[str, float]) -> str:
                 "--label", f"org.opencontainers.image.created={day}",
                 container,
             ]
-        )  # fmt: skip
+        )  # fmt: skip # argv: each flag beside its value
         run(["buildah", "commit", "--rm", "--quiet", container, name], timeout=600)
     except BaseException:
         run(["buildah", "rm", container], check=False)
@@ -320,7 +320,7 @@ def build(image: Image, tag: str, base: str, pull: str) -> float:
         "buildah", "bud", "--isolation", "chroot", "--layers", f"--pull={pull}",
         "--build-arg", f"BASE_IMAGE={base}",
         "-f", str(ROOT / image.dockerfile), "-t", tag,
-    ]  # fmt: skip
+    ]  # fmt: skip # argv: each flag beside its value
     bundle = host_ca_bundle()
     if bundle is not None:
         argv += ["--volume", f"{bundle}:/etc/ssl/certs/ca-certificates.crt:ro"]
@@ -561,7 +561,7 @@ def loadgen_argv(port: int) -> list[str]:
         "--endpoint", f"http://127.0.0.1:{port}", "--model", SIM_MODEL,
         "--concurrency", "4", "--num-requests", "40", "--input-len", "128", "--output-len", "16",
         "--seed", "0", "--max-error-fraction", "0", "--no-progress",
-    ]  # fmt: skip
+    ]  # fmt: skip # argv: each flag beside its value
 
 
 def check_loadgen_against_sim(sim_image: str, loadgen_image: str, loadgen_prefix: list[str]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from kneepoint.core.ladder import LadderSettings
 
@@ -64,7 +65,7 @@ class OperatorSettings:
             metrics_deadline_seconds=_env_float("KNEEPOINT_METRICS_DEADLINE_SECONDS", LadderSettings.metrics_deadline_seconds),
         )
         ns = tuple(n for n in os.environ.get("KNEEPOINT_NAMESPACES", "").split(",") if n)
-        values: dict[str, object] = {
+        values: dict[str, Any] = {
             "prometheus_url": os.environ.get("KNEEPOINT_PROMETHEUS_URL", cls.prometheus_url),
             "prometheus_scrape_interval_seconds": _env_float("KNEEPOINT_SCRAPE_INTERVAL", cls.prometheus_scrape_interval_seconds),
             "operator_image": os.environ.get("KNEEPOINT_IMAGE", cls.operator_image),
@@ -78,4 +79,4 @@ class OperatorSettings:
             "sandbox_pretend_termination_message": os.environ.get("KNEEPOINT_SANDBOX_PRETEND_SUMMARY") or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)

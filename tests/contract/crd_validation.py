@@ -142,7 +142,7 @@ def _check_validations(node: dict[str, Any], path: str, problems: list[str]) -> 
             problems.append(f"{path}: fieldPath {entry['fieldPath']!r} names no field of this node")
         try:
             compile_rule(entry["rule"])
-        except Exception as exc:  # celpy raises its own parse errors
+        except Exception as exc:  # noqa: BLE001 - celpy raises its own parse errors
             problems.append(f"{path}: CEL does not compile: {entry.get('rule')!r}: {exc}")
 
 
@@ -248,7 +248,7 @@ def cel_errors(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
         where = path + entry.get("fieldPath", "")
         try:
             ok = _evaluate(entry["rule"], value)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - as the API server, any evaluation error rejects the object
             errors.append(f"{where}: rule {entry['rule']!r} failed to evaluate: {exc}")
             continue
         if not ok:

@@ -57,7 +57,7 @@ def _document(directory: str, api_version: str) -> dict[str, Any]:
 
 def _schema_name(doc: dict[str, Any], api_version: str, kind: str) -> str:
     group, _, version = api_version.rpartition("/")
-    for name, schema in doc["components"]["schemas"].items():
+    for name, _schema in doc["components"]["schemas"].items():
         if name.endswith(f".{kind}") and f".{version}." in name:
             for gvk in _gvk_index(api_version).get(name, []):
                 if gvk == (group, version, kind):

@@ -66,7 +66,7 @@ def test_committed_api_reference_is_current() -> None:
 
 def test_api_reference_has_a_row_per_field_and_working_links(schema: dict[str, Any]) -> None:
     text = crd_schema.render_markdown()
-    for path, node in _all_nodes(schema):
+    for path, _node in _all_nodes(schema):
         if path.startswith(("spec.", "status.")) and not path.endswith("[]"):
             assert f"| `{path.rsplit('.', 1)[1]}` |" in text, path
     anchors = set(re.findall(r'<a id="([^"]+)"></a>', text))

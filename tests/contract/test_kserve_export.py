@@ -407,7 +407,7 @@ def test_a_gpu_resource_kserve_does_not_know_is_declared_for_its_webhook() -> No
     spec = parse_spec({
         "model": {"uri": "pvc://models/llama-3.1-405b", "architecture": {"preset": "llama-3.1-405b"}},
         "placement": {"gpuResource": "example.com/gpu"},
-    })  # fmt: skip
+    })
     isvc = _export(spec, MULTI, "llama-3.1-405b")
     assert isvc["metadata"]["annotations"][kserve.GPU_RESOURCE_TYPES] == '["example.com/gpu"]'
     assert webhook_errors(isvc) == []

@@ -130,3 +130,17 @@ def test_the_ast_walk_catches_what_it_should(tmp_path: Path) -> None:
     )
     offenders = _non_stdlib_imports(probe, base=tmp_path)
     assert [o.split(": ", 1)[1] for o in offenders] == ["yaml", "kneepoint.kube", "..", "kubernetes", "kopf"]
+
+
+def test_only_the_knee_chart_imports_matplotlib() -> None:
+    # matplotlib is the `report` extra (kneepoint report --png), not a runtime dependency:
+    # the operator's image goes without it.
+    package = ROOT / "operator" / "kneepoint"
+    importers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if any(line.split(": ", 1)[1].split(".")[0] == "matplotlib" for line in _non_stdlib_imports(path))
+    )
+    assert importers == ["report/knee_chart.py"]
+    runtime = (ROOT / "requirements" / "runtime.txt").read_text(encoding="utf-8")
+    assert "\nmatplotlib==" not in runtime and "\nnumpy==" not in runtime

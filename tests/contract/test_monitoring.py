@@ -78,12 +78,12 @@ KNOWN_LABELS = {
     "namespace", "pod", "container", "node", "experiment", "tier",  # target labels (scrape-config.yaml)
     "exported_namespace", "exported_pod",  # dcgm-exporter's own, renamed (honor_labels: false)
     "le", "model_name", "engine", "gpu", "phase", "method",  # the metrics' own labels
-}  # fmt: skip
+}  # fmt: skip # one row per source of labels
 PROMQL_WORDS = {
     "sum", "max", "min", "avg", "count", "rate", "increase", "irate", "histogram_quantile", "label_replace",
     "max_over_time", "avg_over_time", "by", "without", "on", "ignoring", "group_left", "group_right", "or", "and",
     "unless", "offset", "label_values",
-}  # fmt: skip
+}  # fmt: skip # a word list, filled to the line
 
 
 def _expressions() -> list[tuple[str, str]]:
@@ -258,7 +258,7 @@ def pods() -> dict[str, tuple[dict[str, Any], str]]:
                                      "ports": [{"name": "metrics", "containerPort": 9400}]}]},
         },
         "nvidia-dcgm-exporter-7xk2p",
-    )  # fmt: skip
+    )
     return out
 
 
@@ -323,6 +323,6 @@ def test_operator_job_keeps_the_charts_operator_pod() -> None:
         "metadata": {"labels": {"app.kubernetes.io/name": "kneepoint", "app.kubernetes.io/component": "operator"}},
         "spec": {"containers": [{"name": "operator", "image": "ghcr.io/kneepoint/kneepoint:0.1.0",
                                  "ports": [{"name": "metrics", "containerPort": 8080}]}]},
-    }  # fmt: skip
+    }
     targets = _targets("kneepoint-operator", [(pod, "kneepoint-6c9d-abcde")])
     assert [t["__address__"] for t in targets] == ["10.0.0.1:8080"]

@@ -9,6 +9,12 @@ Every test here is marked ``integration`` (deselect with ``-m 'not integration'`
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,13 +89,6 @@ def sandbox() -> Iterator[SandboxHandle]:
 # The operator under test, as a real process against the sandbox.
 
 
-import os  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-
 # Short timings so a tier takes seconds in the sandbox (Prometheus scrapes every 2 s there).
 OPERATOR_ENV = {
     "KNEEPOINT_SCRAPE_INTERVAL": "2",
@@ -132,7 +131,7 @@ class OperatorProcess:
         )
         env.update(self.extra_env)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")
+        log = open(self.log_path, "wb")  # noqa: SIM115 - the child keeps its own copy; ours is closed at once
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kneepoint", "operator"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )

@@ -124,7 +124,7 @@ class Cluster:
             try:
                 obj = self.get(namespace, name)
                 return (obj or {}).get("status") or {}
-            except (ApiException, OSError, Exception) as exc:  # noqa: BLE001 - a restarting API server
+            except (ApiException, OSError, Exception) as exc:  # a restarting API server
                 if attempt == 59:
                     raise
                 last = exc

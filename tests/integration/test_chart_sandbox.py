@@ -90,7 +90,7 @@ def install(sandbox: Any, helm: Path, tmp_path_factory: pytest.TempPathFactory) 
     """The chart in namespaced mode: the operator in kp-sys-*, watching kp-team-* only."""
     suffix = uuid.uuid4().hex[:6]
     inst = Install(f"kp-{suffix}", f"kp-sys-{suffix}", f"kp-team-{suffix}", f"kp-other-{suffix}", f"kp-{suffix}-kneepoint",
-                   sandbox.sandbox.paths.root / "pods")  # fmt: skip
+                   sandbox.sandbox.paths.root / "pods")
     tmp = tmp_path_factory.mktemp("chart")
     for ns in (inst.namespace, inst.team, inst.other):
         sandbox.kubectl("create", "namespace", ns)
@@ -233,7 +233,7 @@ def deploy_prometheus(sandbox: Any, tmp_path: Path) -> Iterator[DeployPrometheus
         [str(found.prometheus), f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    )  # fmt: skip # argv: each flag beside its value
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -382,7 +382,7 @@ def test_experiment_reaches_decided_through_the_charts_operator(
             concrete = (
                 expr.replace("$namespace", install.team).replace("$experiment", EXPERIMENT).replace("$tier", ".*")
                 .replace("$__rate_interval", "10s")
-            )  # fmt: skip
+            )
             if not _query_range(url, concrete, started, at):
                 empty.append(f"{panel['title']}: {concrete}")
     assert not empty, "dashboard queries without data:\n" + "\n".join(empty)

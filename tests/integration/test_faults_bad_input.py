@@ -34,7 +34,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-from test_examples import BAD_SPECS, BASE, _bad, _set  # noqa: E402
+from test_examples import BAD_SPECS, BASE, _bad, _set
 
 # Cases the issue names that BAD_SPECS does not hold (wrong types, negative thresholds).
 EXTRA_BAD = [
@@ -80,7 +80,7 @@ def test_api_server_refuses_naming_the_field(custom: Any, table_namespace: str, 
     # As kubectl sends it (strict field validation), but a dry run: a refusal leaves nothing either way.
     with pytest.raises(ApiException) as info:
         custom.create_namespaced_custom_object("kneepoint.io", "v1alpha1", table_namespace, "parallelismexperiments",
-                                               _document(table_namespace, _bad(mutation)), dry_run="All", field_validation="Strict")  # fmt: skip
+                                               _document(table_namespace, _bad(mutation)), dry_run="All", field_validation="Strict")
     assert info.value.status in (400, 422), info.value
     message = json.loads(info.value.body)["message"]
     assert field in message, message
@@ -91,7 +91,7 @@ def test_kubectl_apply_shows_the_user_the_field(sandbox: Any, table_namespace: s
     """The same refusal through the user's own tool, for one case of each kind (schema, CEL, unknown field)."""
     for mutation, field in ((_set("tiers.tensorParallel", [1, 3]), "spec.tiers.tensorParallel[1]"),
                             (_set("load.outputLen", 3073), "spec.load.inputLen"),
-                            (_set("load.burstiness", 3), "burstiness")):  # fmt: skip
+                            (_set("load.burstiness", 3), "burstiness")):
         path = tmp_path / "bad.yaml"
         path.write_text(yaml.safe_dump(_document(table_namespace, _bad(mutation))))
         proc = sandbox.kubectl("apply", "-f", str(path), check=False)
@@ -101,7 +101,7 @@ def test_kubectl_apply_shows_the_user_the_field(sandbox: Any, table_namespace: s
 
 def test_the_base_of_the_table_is_accepted(custom: Any, table_namespace: str) -> None:
     custom.create_namespaced_custom_object("kneepoint.io", "v1alpha1", table_namespace, "parallelismexperiments",
-                                           _document(table_namespace, copy.deepcopy(BASE), "good"), dry_run="All", field_validation="Strict")  # fmt: skip
+                                           _document(table_namespace, copy.deepcopy(BASE), "good"), dry_run="All", field_validation="Strict")
 
 
 # id, spec patch (on the suite's small experiment), field the message must name, words it must say

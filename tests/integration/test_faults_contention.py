@@ -77,5 +77,5 @@ def test_ten_experiments_on_too_few_gpus_queue_without_over_commit(sandbox: Any,
     total = max(finished.values())
     FaultLog().record("contention", "10 experiments x 4 GPUs on a 16-GPU fleet", True,
                       all_decided_seconds=round(total, 1), max_gpus_committed=ledger.max_gpus_committed(),
-                      max_bound_per_node=ledger.max_gpus_bound_per_node(), deepest_queue_position=max(max(p) for p in waited.values()))  # fmt: skip
+                      max_bound_per_node=ledger.max_gpus_bound_per_node(), deepest_queue_position=max(max(p) for p in waited.values()))
     print("finished after (s):", {n: round(t, 1) for n, t in sorted(finished.items(), key=lambda kv: kv[1])})

@@ -101,7 +101,7 @@ def test_deleting_an_experiment_mid_tier_removes_every_child_and_frees_its_gpus(
                 results[name] = _wait_gone(cluster, ns, name, started, pids)
                 print(name, "processes at delete:", running)
             time.sleep(2)
-        for name, ns, _, _ in cases:
+        for _name, ns, _, _ in cases:
             assert ledger.duplicates(namespace=ns) == {}
             # The operator did not create anything after the delete (no tier 2 engine).
             assert not any(n.endswith("tp4-pp1") for n in ledger.created("Deployment", ns)), ledger.created("Deployment", ns)

@@ -98,7 +98,7 @@ def _cleanup(cluster: Cluster, namespace: str, operators: list[OperatorProcess])
             pass
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and cluster.custom.list_namespaced_custom_object(
-            "kneepoint.io", "v1alpha1", namespace, "parallelismexperiments")["items"]:  # fmt: skip
+            "kneepoint.io", "v1alpha1", namespace, "parallelismexperiments")["items"]:
         time.sleep(0.5)
     for op in operators:
         op.stop()
@@ -155,7 +155,7 @@ def test_two_operators_started_at_once_drive_every_experiment_once(sandbox: Any,
     assert ledger.unschedulable_pods() == set()
     FaultLog().record("leader-election", "two operators started at once, 5 experiments x 4 GPUs on 16", True,
                       duplicates=len(duplicates), max_gpus_committed=ledger.max_gpus_committed(),
-                      over_commits=max(0, ledger.max_gpus_committed() - FLEET_H200_GPUS))  # fmt: skip
+                      over_commits=max(0, ledger.max_gpus_committed() - FLEET_H200_GPUS))
 
 
 def test_leader_sigkilled_mid_tier_the_standby_finishes_without_measuring_twice(
@@ -172,7 +172,7 @@ def test_leader_sigkilled_mid_tier_the_standby_finishes_without_measuring_twice(
             _wait("the second to say it stands by", lambda: "Standby: Lease" in second.logs(), 60)
             cluster.apply(experiment(name, scope))
             seen = cluster.wait(scope, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120,
-                                "tp1 LoadTesting", interval=0.1)  # fmt: skip
+                                "tp1 LoadTesting", interval=0.1)
             killed = time.monotonic()
             first.kill()
             _wait("the standby to take the Lease", lambda: _holder(cluster, lease) == _identity(second), 60, interval=0.1)
@@ -197,7 +197,7 @@ def test_leader_sigkilled_mid_tier_the_standby_finishes_without_measuring_twice(
     _no_event_twice(cluster, scope, name)
     print(f"takeover after SIGKILL: {takeover:.1f} s")
     FaultLog().record("leader-election", "leader SIGKILLed while tp1 load-tests", True, takeover_seconds=round(takeover, 1),
-                      duplicates=0, tiers_measured_twice=0)  # fmt: skip
+                      duplicates=0, tiers_measured_twice=0)
 
 
 def test_a_leader_that_sees_its_lease_taken_stops_at_once_and_writes_nothing_more(
@@ -213,7 +213,7 @@ def test_a_leader_that_sees_its_lease_taken_stops_at_once_and_writes_nothing_mor
             _wait("the first operator to lead", lambda: _holder(cluster, lease) == _identity(first), 60)
             cluster.apply(experiment(name, scope))
             cluster.wait(scope, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting",
-                         interval=0.1)  # fmt: skip
+                         interval=0.1)
             # Someone else's record in the Lease, as after a takeover the old leader did not notice.
             body = coordination.read_namespaced_lease(lease, LEASE_NAMESPACE)
             body.spec.holder_identity = "intruder"
@@ -249,7 +249,7 @@ def test_a_leader_that_sees_its_lease_taken_stops_at_once_and_writes_nothing_mor
     _no_event_twice(cluster, scope, name)
     print(f"lease taken: the leader exited {stopped:.1f} s later")
     FaultLog().record("leader-election", "Lease overwritten by another holder while tp1 load-tests", True,
-                      stopped_seconds=round(stopped, 1), writes_after=len(children_after))  # fmt: skip
+                      stopped_seconds=round(stopped, 1), writes_after=len(children_after))
 
 
 # --------------------------------------------------------------------------- the chart, two replicas
@@ -262,14 +262,14 @@ def _render(helm: Path, release: str, namespace: str, values: dict[str, Any], tm
     values_file.write_text(yaml.safe_dump(values))
     chart = Path(__file__).resolve().parents[2] / "charts" / "kneepoint"
     proc = subprocess.run([str(helm), "template", release, str(chart), "--namespace", namespace, "--values", str(values_file)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
 def _operator_pods(cluster: Cluster, namespace: str) -> list[Any]:
     return [p for p in cluster.core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=operator").items
-            if not p.metadata.deletion_timestamp]  # fmt: skip
+            if not p.metadata.deletion_timestamp]
 
 
 def test_rolling_update_of_the_charts_two_replicas_mid_experiment(sandbox: Any, helm: Path, cluster: Cluster, tmp_path: Path) -> None:
@@ -287,7 +287,7 @@ def test_rolling_update_of_the_charts_two_replicas_mid_experiment(sandbox: Any, 
         "extraEnv": [{"name": k, "value": v} for k, v in
                      {"KNEEPOINT_METRICS_SETTLE_SECONDS": "5", "KNEEPOINT_POLL_SECONDS": "2", "KNEEPOINT_WAITING_POLL_SECONDS": "3",
                       "KNEEPOINT_METRICS_DEADLINE_SECONDS": "60"}.items()],
-    }  # fmt: skip
+    }
     docs = [d for d in _render(helm, release, system, values, tmp_path) if d["kind"] != "CustomResourceDefinition"]
     manifest = tmp_path / "chart.yaml"
     manifest.write_text(yaml.safe_dump_all(docs))
@@ -317,7 +317,7 @@ def test_rolling_update_of_the_charts_two_replicas_mid_experiment(sandbox: Any, 
         with ChildLedger(cluster.api, {team}) as ledger:
             cluster.apply(experiment(name, team))
             cluster.wait(team, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting",
-                         interval=0.1)  # fmt: skip
+                         interval=0.1)
             rolled = time.monotonic()
             sandbox.kubectl("rollout", "restart", f"deployment/{deployment}", "-n", system)
             samples: list[tuple[float, str | None]] = []
@@ -357,4 +357,4 @@ def test_rolling_update_of_the_charts_two_replicas_mid_experiment(sandbox: Any, 
     print(f"rolling update: a new pod led {handover:.1f} s after `rollout restart`; samples without a holder: {len(leaderless)}")
     FaultLog().record("leader-election", "chart replicas 2, rollout restart while tp1 load-tests", True,
                       new_leader_after_seconds=round(handover, 1), duplicates=0, tiers_measured_twice=0,
-                      samples=json.dumps(samples[-5:]))  # fmt: skip
+                      samples=json.dumps(samples[-5:]))

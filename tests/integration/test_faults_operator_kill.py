@@ -76,7 +76,9 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
     # Hold every H200 GPU so the first tier must wait.
     for node in ("h200-0", "h200-1"):
         cluster.core.create_namespaced_pod(namespace, blocker(namespace, node))
-    blockers_up = lambda: len(cluster.gpus_held([namespace])) == 2  # noqa: E731
+    def blockers_up() -> bool:
+        return len(cluster.gpus_held([namespace])) == 2
+
     deadline = time.monotonic() + 30
     while not blockers_up() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -179,7 +181,9 @@ def test_killed_between_creating_the_engine_and_writing_status_under_scarcity(
         ctx = manifests.BuildContext(architecture_json="llama-3-8b", gpu_product="NVIDIA-H200", require_nvlink=True)
         cluster.apps.create_namespaced_deployment(namespace, manifests.build_engine_deployment(spec, owner, Tier(8, 1), ctx, "h200-0", "nvlink"))
         cluster.core.create_namespaced_service(namespace, manifests.build_engine_service(spec, owner, Tier(8, 1)))
-        held = lambda: cluster.gpus_held([namespace]).get("h200-0") == 8  # noqa: E731
+        def held() -> bool:
+            return cluster.gpus_held([namespace]).get("h200-0") == 8
+
         deadline = time.monotonic() + 30
         while not held() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -222,7 +226,7 @@ def test_sigkill_storm_at_random_moments_through_a_three_tier_ladder(sandbox: An
     assert final["phase"] == "Decided", final
     assert (final["decision"]["tensorParallel"], final["decision"]["rule"]) == (4, "last-tier")
     assert [(t["name"], t["phase"], t["attempts"]) for t in final["tiers"]] == [
-        ("tp1-pp1", "Measured", 1), ("tp2-pp1", "Measured", 1), ("tp4-pp1", "Measured", 1)]  # fmt: skip
+        ("tp1-pp1", "Measured", 1), ("tp2-pp1", "Measured", 1), ("tp4-pp1", "Measured", 1)]
     assert ledger.duplicates(namespace=namespace) == {}
     assert sorted(ledger.created("Job", namespace)) == [f"{namespace}/{name}-tp{n}-pp1-load1" for n in (1, 2, 4)]
     assert cluster.children(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}

@@ -102,7 +102,7 @@ def test_api_server_restart_mid_experiment(sandbox: Any, operator: Any, namespac
     assert cluster.gpus_held([namespace]) == {}
     FaultLog().record("control-plane-restart", "kube-apiserver stopped ~10 s mid load test", True,
                       down_seconds=round(back_at - down_at, 1), apiserver_start_seconds=round(up_seconds, 1),
-                      operator_resumed_seconds=round(resumed, 1))  # fmt: skip
+                      operator_resumed_seconds=round(resumed, 1))
 
 
 def test_prometheus_restart_while_a_tier_collects(sandbox: Any, restorer: list[str], tmp_path: Path) -> None:
@@ -124,7 +124,7 @@ def test_prometheus_restart_while_a_tier_collects(sandbox: Any, restorer: list[s
             seen = cluster.wait(
                 namespace, name,
                 lambda s: (condition(s, "MetricsAvailable") or {}).get("reason") == "PrometheusUnreachable", 60, "PrometheusUnreachable",
-            )  # fmt: skip
+            )
             assert "retrying" in condition(seen, "MetricsAvailable")["message"]
             assert tier(seen, "tp1-pp1")["phase"] == "Collecting"
             time.sleep(max(0.0, 12 - (time.monotonic() - down_at)))
@@ -145,4 +145,4 @@ def test_prometheus_restart_while_a_tier_collects(sandbox: Any, restorer: list[s
     assert not final["decision"].get("unevaluatedRules"), final["decision"]
     FaultLog().record("control-plane-restart", "Prometheus stopped while a tier collects", True,
                       down_seconds=round(back_at - down_at, 1), prometheus_start_seconds=round(start_seconds, 1),
-                      recovered_seconds=round(recovered, 1))  # fmt: skip
+                      recovered_seconds=round(recovered, 1))

@@ -108,7 +108,7 @@ def empty_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         [str(found.prometheus), f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    )  # fmt: skip # argv: each flag beside its value
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -165,7 +165,7 @@ def batch(sandbox: Any, operator: Any, empty_prometheus: str, tmp_path_factory: 
     namespaces = [c.namespace for c in cases.values()]
     fast = OperatorProcess(sandbox, tmp_path_factory.mktemp("fast-metrics-operator"), extra_env={
         "KNEEPOINT_NAMESPACES": ",".join(c.namespace for c in cases.values() if c.own_operator),
-        "KNEEPOINT_METRICS_DEADLINE_SECONDS": str(METRICS_DEADLINE)})  # fmt: skip
+        "KNEEPOINT_METRICS_DEADLINE_SECONDS": str(METRICS_DEADLINE)})
     with sandbox.api_client() as api:
         cluster = Cluster(api)
         node = cluster.core.read_node("l40s-0")
@@ -227,7 +227,7 @@ def _tier_seconds(t: dict[str, Any]) -> float:
 def _log(case: Case, **figures: Any) -> None:
     reasons = [f"{t['name']}: {t['phase']}: {t.get('reason') or ''}"[:400] for t in case.final.get("tiers") or []]
     FaultLog().record("tier-faults", case.fault, True, case_id=case.id, phase=case.final.get("phase"), tier_reasons=reasons,
-                      experiment_seconds=round((case.finished_at or 0) - case.applied_at, 1), **figures)  # fmt: skip
+                      experiment_seconds=round((case.finished_at or 0) - case.applied_at, 1), **figures)
 
 
 def test_engine_out_of_memory_at_start_is_recorded_and_the_ladder_goes_on(batch: Batch) -> None:

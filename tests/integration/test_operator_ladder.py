@@ -341,7 +341,7 @@ def test_70b_at_tp1_refused_like_real_vllm_is_does_not_fit_with_vllms_line(sandb
         "tiers": {"tensorParallel": [1]},
         "load": {"concurrency": 8, "numRequests": 16, "inputLen": 256, "outputLen": 32, "repeats": 1},
         "placement": {"gpuProduct": "NVIDIA-H200"},
-    }  # fmt: skip
+    }
     with ChildPoller(exps, [(namespace, name)]) as poller:
         exps.create(experiment(name, namespace, spec))
         exps.wait_finished(namespace, name, 120)

@@ -32,7 +32,7 @@ SUMMARY_KEYS = {
     "inputTokensAsked", "inputTokensServed", "outputTokensAsked", "outputTokensServed", "concurrency", "repeats",
     "keptRepeat", "repeatOutputTokensPerSecond", "clientLimited", "clientCpuPeak", "loopLagP99Ms", "startedAt",
     "finishedAt", "durationSeconds",
-}  # fmt: skip
+}  # fmt: skip # a key list, filled to the line
 
 
 def _needs(module: str) -> None:
@@ -93,7 +93,7 @@ def engine_objects(name: str, architecture: str = "llama-3-8b", gpus: int = 1, p
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1},
         "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
-    }  # fmt: skip
+    }
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -119,7 +119,7 @@ def engine_objects(name: str, architecture: str = "llama-3-8b", gpus: int = 1, p
 def loadgen_job(name: str, endpoint: str) -> dict[str, Any]:
     """A load-test Job like the operator's: its summary comes back as the termination message."""
     args = ["--endpoint", endpoint, "--model", "m", "--api", "completions", "--concurrency", "4", "--num-requests", "40",
-            "--input-len", "128", "--output-len", "32", "--seed", "1", "--warmup-requests", "2", "--repeats", "1", "--no-progress"]  # fmt: skip
+            "--input-len", "128", "--output-len", "32", "--seed", "1", "--warmup-requests", "2", "--repeats", "1", "--no-progress"]  # fmt: skip # argv: each flag beside its value
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -197,7 +197,7 @@ def test_engine_serves_loadgen_job_completes_and_prometheus_scrapes(sandbox: Any
     create(api, namespace, [loadgen_job("load", f"http://engine.{namespace}.svc.cluster.local:8000")])
     batch = client.BatchV1Api(api)
     _wait("Job load to finish", lambda: condition(batch.read_namespaced_job("load", namespace), "Complete") == "True"
-          or condition(batch.read_namespaced_job("load", namespace), "Failed") == "True", 180)  # fmt: skip
+          or condition(batch.read_namespaced_job("load", namespace), "Failed") == "True", 180)
     (job_pod,) = pods_of(api, namespace, "job-name=load")
     terminated = job_pod.status.container_statuses[0].state.terminated
     assert condition(batch.read_namespaced_job("load", namespace), "Complete") == "True", terminated

@@ -15,9 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from clients_under_test import VLLM_REQUEST_ID_PREFIX, read_vllm  # noqa: E402
-from loadgen_vs_peers import align_to_wall_clock  # noqa: E402
-from ttft_truth_join import join, read_truth  # noqa: E402
+from clients_under_test import VLLM_REQUEST_ID_PREFIX, read_vllm  # noqa: E402 - after the sys.path entry above
+from loadgen_vs_peers import align_to_wall_clock  # noqa: E402 - after the sys.path entry above
+from ttft_truth_join import join, read_truth  # noqa: E402 - after the sys.path entry above
 
 WALL = 1_800_000_000.0  # the simulator's wall clock at the first request
 MONO = 5_000.0  # the client's perf_counter at the same moment

@@ -190,13 +190,13 @@ def _demo(root: Path, sandbox: Any, found: Any, kubectl: list[str], experiment_p
     _say(f"     {found.kubectl} get events -n {namespace} --field-selector involvedObject.name={name} -w")
 
     _say("== 4/4 watching the ladder (each tier: deploy, load test, metrics, stop rules)")
-    from kneepoint.commands.experiment_source import load_from_cluster, open_cluster
+    from kneepoint.commands.experiment_source import LoadedExperiment, load_from_cluster, open_cluster
     from kneepoint.commands.report import watch_experiment
 
     cluster = open_cluster(str(sandbox.kubeconfig), namespace)
     deadline = time.monotonic() + timeout
 
-    def fetch():  # type: ignore[no-untyped-def]
+    def fetch() -> LoadedExperiment:
         if time.monotonic() > deadline:
             raise click.ClickException(f"the experiment did not finish within {timeout:.0f} s; see kubectl describe pexp -n {namespace} {name}")
         return load_from_cluster(cluster, name, require_tiers=False)

@@ -71,7 +71,7 @@ def _parse_int_list(flag: str, text: str, allowed: tuple[int, ...] | None = None
 def _resolve_architecture(
     preset: str | None, config: str | None, model: str | None, shape: dict[str, int | None]
 ) -> ModelArchitecture:
-    explicit = {k: v for k, v in shape.items() if v is not None}
+    explicit: dict[str, Any] = {k: v for k, v in shape.items() if v is not None}
     sources = [name for name, given in (("--preset", preset), ("--config", config), ("--model", model), ("--num-layers ...", explicit)) if given]
     if len(sources) != 1:
         raise InputError(
@@ -100,7 +100,7 @@ def _resolve_architecture(
         except ValueError as exc:
             raise InputError(f"--config: {exc}") from None
     try:
-        return architecture_from_spec(ArchitectureSpec(**explicit))  # type: ignore[arg-type]
+        return architecture_from_spec(ArchitectureSpec(**explicit))
     except ValueError as exc:
         # Translate the spec field path into this command's flag names.
         message = str(exc).replace("spec.model.architecture.", "--").replace("spec.model.architecture", "shape flags")

@@ -277,7 +277,7 @@ def read_document(doc: Any, where: str, *, require_tiers: bool = True, source: s
     if not isinstance(raw_tiers, list):
         raise InputError(f"{where}: status.tiers: expected a list of tier results, got {repr(raw_tiers)[:60]}")
     tiers = [parse_tier(item, f"{where}: status.tiers[{i}]") for i, item in enumerate(raw_tiers)]
-    common = dict(
+    common: dict[str, Any] = dict(
         status=status,
         where=where,
         source=source,
@@ -287,9 +287,9 @@ def read_document(doc: Any, where: str, *, require_tiers: bool = True, source: s
     )
     if raw_spec is None:
         spec = ExperimentSpec(model=ModelSpec(uri=PLACEHOLDER_MODEL_URI))
-        return LoadedExperiment(spec, False, _order_without_spec(tiers, where), **common)  # type: ignore[arg-type]
+        return LoadedExperiment(spec, False, _order_without_spec(tiers, where), **common)
     spec = _parse_spec(raw_spec, where)
-    return LoadedExperiment(spec, True, _order_by_ladder(spec, tiers, where), **common)  # type: ignore[arg-type]
+    return LoadedExperiment(spec, True, _order_by_ladder(spec, tiers, where), **common)
 
 
 def read_file(path: str, *, require_tiers: bool = True) -> LoadedExperiment:

@@ -200,9 +200,8 @@ def command(
         else:
             # A mode or Prometheus chosen here differs from what the operator published: build it.
             fresh = deployment_mode is not None or prometheus_url is not None
-            text = published_yaml(cluster, exp) if cluster is not None and not fresh else None
-            if text is None:
-                text = inference_service_yaml(exp, decision, cluster, deployment_mode, prometheus_url)
+            published = published_yaml(cluster, exp) if cluster is not None and not fresh else None
+            text = published if published is not None else inference_service_yaml(exp, decision, cluster, deployment_mode, prometheus_url)
     except NotDecided as err:
         _fail(f"not decided yet: {err}", code=1)
     except kserve.NotExportable as err:

@@ -61,8 +61,14 @@ def make_report(exp: LoadedExperiment) -> ExperimentReport:
 
 
 def write_chart(report: ExperimentReport, path: str) -> None:
-    """Build the knee chart and write it as PNG; InputError naming --png when the path cannot be written."""
-    from kneepoint.report.knee_chart import build_knee_figure, save_png  # matplotlib only when asked for
+    """Build the knee chart and write it as PNG; InputError naming --png when the path cannot be written
+    or matplotlib (the `report` extra) is not installed."""
+    try:
+        from kneepoint.report.knee_chart import build_knee_figure, save_png  # matplotlib only when asked for
+    except ModuleNotFoundError as err:
+        if (err.name or "").partition(".")[0] != "matplotlib":
+            raise
+        raise InputError("--png needs matplotlib, which is not installed: pip install 'kneepoint[report]'") from None
 
     figure = build_knee_figure(report.outcome.tiers, report.decision, chart_context(report.input))
     try:

@@ -119,7 +119,7 @@ def from_json(cls: Any, data: Any) -> Any:
     cls, _ = unwrap_optional(cls)
     if data is None:
         return None
-    if dataclasses.is_dataclass(cls):
+    if isinstance(cls, type) and dataclasses.is_dataclass(cls):
         hints = type_hints(cls)
         kwargs = {}
         for f in dataclasses.fields(cls):

@@ -403,13 +403,13 @@ def match_preset_for_model_name(name: str) -> str | None:
     text = _normalise_model_name(name)
     if not text:
         return None
-    rows = _preset_rows()
-    for row in rows:
-        if text == row["name"]:
-            return row["name"]
-    for row in rows:
-        if any(re.search(pattern, text) for pattern in row.get("modelNamePatterns", ())):
-            return row["name"]
+    names: list[tuple[str, Any]] = [(row["name"], row.get("modelNamePatterns", ())) for row in _preset_rows()]
+    for preset, _ in names:
+        if text == preset:
+            return preset
+    for preset, patterns in names:
+        if any(re.search(pattern, text) for pattern in patterns):
+            return preset
     return None
 
 
@@ -472,13 +472,14 @@ def architecture_from_spec(
         ref = spec_architecture.config_map_ref
         if config_json is None:
             raise ValueError(f"{base}.configMapRef: the content of ConfigMap {ref.name!r} key {ref.key!r} was not provided")
+        config: Any = config_json  # from_hf_config checks that it is an object
         if isinstance(config_json, str):
             try:
-                config_json = json.loads(config_json)
+                config = json.loads(config_json)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{base}.configMapRef: ConfigMap {ref.name!r} key {ref.key!r} is not JSON ({exc.msg})") from None
         try:
-            return from_hf_config(config_json, name=f"{ref.name}/{ref.key}")  # type: ignore[arg-type]
+            return from_hf_config(config, name=f"{ref.name}/{ref.key}")
         except ValueError as exc:
             raise ValueError(f"{base}.configMapRef: {exc}") from None
     a = spec_architecture

@@ -138,7 +138,9 @@ class _Stream:
     def peek(self) -> str:
         """The next non-blank character ('' at the end)."""
         while True:
-            self._pos = _WS.match(self._buf, self._pos).end()
+            blank = _WS.match(self._buf, self._pos)
+            assert blank is not None  # a run of zero or more blanks matches anywhere
+            self._pos = blank.end()
             if self._pos < len(self._buf) or not self._fill():
                 return self._buf[self._pos:self._pos + 1]
 
@@ -209,7 +211,7 @@ def open_text(path: str | Path) -> IO[str]:
     except OSError:
         raw.close()
         raise
-    stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
+    stream: gzip.GzipFile | io.BufferedReader = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
     return io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
 
 

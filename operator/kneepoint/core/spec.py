@@ -496,10 +496,9 @@ def _check_scalar(value: Any, tp: Any, path: str, meta: Mapping[str, Any], error
             errors.append(FieldError(path, f"must be a number, got {value!r}"))
             return None
         value = float(value)
-    elif tp is str:
-        if not isinstance(value, str):
-            errors.append(FieldError(path, f"must be a string, got {value!r}"))
-            return None
+    elif tp is str and not isinstance(value, str):
+        errors.append(FieldError(path, f"must be a string, got {value!r}"))
+        return None
     ok = True
     if meta.get("enum") is not None and value not in meta["enum"]:
         errors.append(FieldError(path, f"must be one of {', '.join(map(str, meta['enum']))}; got {value!r}"))
@@ -629,7 +628,7 @@ def _cross_field_checks(spec: ExperimentSpec, errors: list[FieldError]) -> None:
 def parse_spec(data: Any, path: str = "spec") -> ExperimentSpec:
     """Parse and validate a ParallelismExperiment ``spec``; raise :class:`SpecError` on any problem."""
     errors: list[FieldError] = []
-    spec = _parse_dataclass(ExperimentSpec, data, path, errors)
+    spec: ExperimentSpec | None = _parse_dataclass(ExperimentSpec, data, path, errors)
     if spec is not None and not errors:
         _cross_field_checks(spec, errors)
     if errors or spec is None:

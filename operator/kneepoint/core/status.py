@@ -8,6 +8,7 @@ with ``from_json`` (``apifields``); ``None`` fields are omitted from the JSON.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kneepoint.core.apifields import api_field, from_json, to_json
 from kneepoint.core.rule_names import LAST_TIER, RULES
@@ -256,12 +257,14 @@ class ExperimentStatus:
     message: str | None = api_field("Latest progress line.", default=None)
     conditions: tuple[Condition, ...] = api_field("Latest observations; the source of truth for phase.", default=())
 
-    def to_dict(self) -> dict:
-        return to_json(self)
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = to_json(self)
+        return data
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "ExperimentStatus":
-        return from_json(cls, data or {}) or cls()
+    def from_dict(cls, data: dict[str, Any] | None) -> "ExperimentStatus":
+        status: ExperimentStatus | None = from_json(cls, data or {})
+        return status or cls()
 
     def tier(self, name: str) -> TierResult | None:
         for t in self.tiers:

@@ -51,7 +51,7 @@ def _context_namespace() -> str | None:
 
     try:
         _, active = config.list_kube_config_contexts()
-    except Exception:  # in-cluster, or no kubeconfig
+    except Exception:  # noqa: BLE001 - in-cluster, or no kubeconfig
         return None
     return (active or {}).get("context", {}).get("namespace")
 

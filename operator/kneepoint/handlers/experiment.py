@@ -11,6 +11,7 @@ import asyncio
 import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -104,8 +105,9 @@ async def _sleep(wake: asyncio.Event, stopped: Any, seconds: float) -> None:
 
 
 @kopf.daemon(naming.GROUP, naming.VERSION, naming.PLURAL, cancellation_timeout=5.0, initial_delay=0)
-async def run_experiment(name: str, namespace: str, memo: kopf.Memo, stopped: Any, **_: Any) -> None:
+async def run_experiment(name: str, namespace: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
     """Drive one experiment through its ladder until it is deleted."""
+    assert namespace is not None  # the resource is namespaced
     reconciler: Reconciler = memo.reconciler
     wake = _wakeup(memo, namespace, name)
     backoff = ERROR_BACKOFF_SECONDS
@@ -123,7 +125,7 @@ async def run_experiment(name: str, namespace: str, memo: kopf.Memo, stopped: An
     memo.wakeups.pop((namespace, name), None)
 
 
-def _wake_owner(memo: kopf.Memo, namespace: str, labels: dict[str, str]) -> None:
+def _wake_owner(memo: kopf.Memo, namespace: str, labels: Mapping[str, str]) -> None:
     experiment = labels.get(naming.LABEL_EXPERIMENT)
     if experiment and hasattr(memo, "wakeups"):
         event = memo.wakeups.get((namespace, experiment))
@@ -134,13 +136,14 @@ def _wake_owner(memo: kopf.Memo, namespace: str, labels: dict[str, str]) -> None
 @kopf.on.event("", "v1", "pods", labels={naming.LABEL_ROLE: kopf.PRESENT})
 @kopf.on.event("apps", "v1", "deployments", labels={naming.LABEL_ROLE: naming.ROLE_ENGINE})
 @kopf.on.event("batch", "v1", "jobs", labels={naming.LABEL_ROLE: naming.ROLE_LOADTEST})
-def child_changed(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
+def child_changed(namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
     """A child changed: wake its experiment's daemon instead of waiting for the next poll."""
+    assert namespace is not None  # only namespaced kinds are watched
     _wake_owner(memo, namespace, labels)
 
 
 @kopf.on.event(naming.GROUP, naming.VERSION, naming.PLURAL)
-def experiment_changed(name: str, namespace: str, body: Any, memo: kopf.Memo, **_: Any) -> None:
+def experiment_changed(name: str, namespace: str | None, body: Any, memo: kopf.Memo, **_: Any) -> None:
     """A spec change (new generation) wakes the daemon at once."""
     generation = body.get("metadata", {}).get("generation")
     observed = (body.get("status") or {}).get("observedGeneration")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -29,7 +29,9 @@ def _current_server(kubeconfig: str | None) -> str | None:
     import yaml
 
     files = [f for f in (kubeconfig or "").split(os.pathsep) if f] or [os.path.expanduser("~/.kube/config")]
-    current, contexts, clusters = None, {}, {}
+    current: str | None = None
+    contexts: dict[Any, Any] = {}
+    clusters: dict[Any, Any] = {}
     for name in files:
         try:
             with open(name, encoding="utf-8") as fh:

@@ -29,7 +29,7 @@ import re
 import sys
 import typing
 from dataclasses import MISSING, dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, TypeGuard
 
 import yaml
 
@@ -195,7 +195,7 @@ def _field_description(f: dataclasses.Field[Any], inner: Any) -> str:
     of the label's words are in the docstring, the docstring alone is used.
     """
     desc = " ".join(f.metadata["description"].split())
-    doc = class_doc(inner) if dataclasses.is_dataclass(inner) else ""
+    doc = class_doc(inner) if _is_dataclass_type(inner) else ""
     if not doc:
         return desc
     label = _words(desc)
@@ -204,21 +204,26 @@ def _field_description(f: dataclasses.Field[Any], inner: Any) -> str:
     return f"{desc} {doc}"
 
 
+def _is_dataclass_type(tp: Any) -> TypeGuard[type[Any]]:
+    """A dataclass itself (an annotation), not an instance of one."""
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
 def _has_default(f: dataclasses.Field[Any]) -> bool:
-    return f.default is not MISSING or f.default_factory is not MISSING  # type: ignore[misc]
+    return f.default is not MISSING or f.default_factory is not MISSING
 
 
 def _default_value(f: dataclasses.Field[Any], inner: Any) -> Any:
     """The field's default as JSON, or None when the field has none (or defaults to null)."""
-    if f.default_factory is not MISSING:  # type: ignore[misc]
-        value = f.default_factory()  # type: ignore[misc]
+    if f.default_factory is not MISSING:
+        value = f.default_factory()
     elif f.default is not MISSING:
         value = f.default
     else:
         return None
     if value is None:
         return None
-    if dataclasses.is_dataclass(inner) and value == inner():
+    if _is_dataclass_type(inner) and value == inner():
         # An empty object: the API server then applies the nested defaults itself, so each
         # default is written once, at its own field.
         return {}
@@ -246,7 +251,7 @@ def _scalar_schema(tp: Any, meta: typing.Mapping[str, Any]) -> dict[str, Any]:
 
 def _type_schema(tp: Any, meta: typing.Mapping[str, Any], path: str, defaults: bool) -> dict[str, Any]:
     tp, _ = unwrap_optional(tp)
-    if dataclasses.is_dataclass(tp):
+    if _is_dataclass_type(tp):
         return object_schema(tp, path, defaults=defaults)
     origin = typing.get_origin(tp)
     if origin in (tuple, list):
@@ -446,7 +451,7 @@ def _walk_objects(cls: type, path: str) -> Iterator[tuple[str, type]]:
         if typing.get_origin(inner) in (tuple, list):
             inner = typing.get_args(inner)[0]
             sub += "[]"
-        if dataclasses.is_dataclass(inner):
+        if _is_dataclass_type(inner):
             yield from _walk_objects(inner, sub)
 
 

@@ -237,7 +237,7 @@ class LeaseElector:
                 return self._failed()
             self._won(started)
             return True
-        except Exception as exc:  # connection refused, timeout: the API server is unreachable
+        except Exception as exc:  # noqa: BLE001 - connection refused, timeout: the API server is unreachable
             log.warning("Reading Lease %s/%s failed: %s", self.namespace, self.name, exc)
             return self._failed()
 
@@ -269,7 +269,7 @@ class LeaseElector:
             if exc.status != 409:  # 409: it changed since we read it (another candidate won the round)
                 log.warning("Updating Lease %s/%s failed: %s", self.namespace, self.name, exc.reason)
             return self._failed()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - as reading: the API server is unreachable
             log.warning("Updating Lease %s/%s failed: %s", self.namespace, self.name, exc)
             return self._failed()
         self._won(started)
@@ -333,7 +333,7 @@ class LeaseElector:
             lease.spec.renew_time = _now_micro(self.wall)
             self.api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=5)
             return True
-        except Exception as exc:  # the standby then waits lease_duration instead
+        except Exception as exc:  # noqa: BLE001 - the standby then waits lease_duration instead
             log.warning("Releasing Lease %s/%s failed: %s", self.namespace, self.name, exc)
             return False
 

@@ -137,7 +137,7 @@ def validate(options: dict[str, Any]) -> LoadgenConfig:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"--endpoint must be an http:// or https:// base URL such as http://127.0.0.1:8000, got {endpoint!r}")
     try:
-        parts.port
+        _ = parts.port  # urllib parses the port only when asked
     except ValueError:
         raise ValueError(f"--endpoint has an invalid port: {endpoint!r}") from None
     rate = options["request_rate"]
@@ -242,7 +242,7 @@ async def _resolve_model(config: LoadgenConfig) -> str:
     async with make_session(1, config.resolve_rules, min(config.timeout_s, 30.0)) as session:
         try:
             return await first_model(session, config.endpoint)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - any failure means the same: pass --model
             raise RunFailure(f"--model not given and the server's model list is unreadable ({' '.join(str(error).split())[:160]}); pass --model") from None
 
 

@@ -25,7 +25,7 @@ import json
 import socket
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -109,7 +109,7 @@ class ArrivalStampingHandler(ResponseHandler):
         count = before.total_bytes if before is not None else 0
         super().data_received(data)
         after = getattr(self, "_payload", None)
-        if after is None or (after is before and after.total_bytes == count) or not after.total_bytes:
+        if after is None or (after.total_bytes == count and after is before) or not after.total_bytes:
             return  # no body bytes came in (headers only, or nothing parsed)
         if self.arrival is None or self.arrival[0] is not after:
             self.arrival = (after, now)
@@ -120,7 +120,8 @@ class StampingConnector(aiohttp.TCPConnector):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._factory = functools.partial(ArrivalStampingHandler, loop=self._loop)
+        # A partial that makes ResponseHandlers (of our subclass): what aiohttp's attribute holds.
+        self._factory = cast("functools.partial[ResponseHandler]", functools.partial(ArrivalStampingHandler, loop=self._loop))
 
 
 def make_session(connections: int, rules: Mapping[tuple[str, int], str], timeout_s: float) -> aiohttp.ClientSession:

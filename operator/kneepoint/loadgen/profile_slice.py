@@ -74,7 +74,7 @@ async def profile_during(
             outcome.stopped = True
         else:
             outcome.error = "the profile phase ended before its first request finished"
-    except Exception as error:  # the engine has no profiler, or it failed: the measured figures stand
+    except Exception as error:  # noqa: BLE001 - the engine has no profiler, or it failed: the measured figures stand
         outcome.error = " ".join(str(error).split())[:300] or type(error).__name__
     result = await task
     return result, outcome

@@ -198,7 +198,7 @@ def summarize_repeat(
     """Aggregate one repeat's records (throughputs use the repeat's wall duration)."""
     done = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
-    errors = Counter(r.error for r in failed)
+    errors = Counter(r.error or "" for r in failed)  # a failed record always names its error kind
     first_errors: dict[str, str] = {}
     for record in sorted(failed, key=lambda r: r.start):
         if record.error is not None and record.error not in first_errors:

@@ -57,6 +57,6 @@ def load_tokenizer(path: str) -> FileTokenizer:
         ) from None
     try:
         tokenizer = Tokenizer.from_file(file)
-    except Exception as error:  # the Rust side raises plain Exception subclasses
+    except Exception as error:  # noqa: BLE001 - the Rust side raises plain Exception subclasses
         raise TokenizerFileError(f"--tokenizer {file!r}: not a tokenizer.json ({' '.join(str(error).split())[:120]})") from None
     return FileTokenizer(tokenizer)

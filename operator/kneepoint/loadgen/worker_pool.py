@@ -60,7 +60,7 @@ def _worker_entry(
     """Child process main: serve phases until told to stop."""
     try:
         asyncio.run(_worker_loop(worker, conn, settings, slots, next_index, limit, done, failed))
-    except BaseException as error:  # report any failure as one line, then exit
+    except BaseException as error:  # noqa: BLE001 - a worker process reports any failure as one line, then exits
         line = " ".join(f"{type(error).__name__}: {error}".split())
         try:
             conn.send(("error", f"worker {worker}: {line}", traceback.format_exc(limit=5)))
@@ -204,7 +204,7 @@ class WorkerPool:
             if timeout is not None and not conn.poll(timeout):
                 raise WorkerError(f"a worker did not answer {expected!r} within {timeout:.0f} s")
             try:
-                return conn.recv()  # type: ignore[no-any-return]
+                return conn.recv()
             except EOFError:
                 raise WorkerError("a worker process exited unexpectedly") from None
 

@@ -39,7 +39,7 @@ def _vector(result: list[dict[str, Any]]) -> tuple[float, ...]:
     """Every series' value of an instant-vector result, ordered by the series' gpu label."""
     values = []
     for series in result:
-        value = series.get("value")
+        value: Any = series.get("value")  # [time, "number"]; anything else is skipped below
         try:
             values.append((str((series.get("metric") or {}).get("gpu", "")), float(value[1])))
         except (TypeError, ValueError, IndexError):
@@ -88,14 +88,14 @@ class PrometheusReader:
                     values[q.name] = _scalar(result)
                 else:
                     per_gpu[q.name] = _vector(result)
-        except Exception as exc:  # connection refused, timeouts, HTTP errors: all mean "not now"
+        except Exception as exc:  # noqa: BLE001 - connection refused, timeouts, HTTP errors: all mean "not now"
             log.warning("Prometheus at %s failed: %s", self.url, exc)
             return MetricWindow(error=f"{type(exc).__name__}: {exc}"[:300])
         # NVLink byte counters are not in dcgm-exporter's default CSV: their absence is
         # reported per tier but never delays the ladder. The trace figures are required: the
         # ladder waits for them up to its metrics deadline (the sidecar publishes after the
         # load test's profiled slice), then records the tier without them.
-        optional = promql.OPTIONAL_METRICS
+        optional: tuple[str, ...] = promql.OPTIONAL_METRICS
         if not traced:
             optional += promql.TRACE_METRICS
         required = [n for n in values if n not in optional]
@@ -110,7 +110,7 @@ class PrometheusReader:
             peak_fb_used_gib=fb * MIB / GIB if fb is not None else None,
             peak_kv_cache_usage=values[promql.KV_USAGE],
             kv_cache_pool_tokens=max(pools) if pools else None,
-            preemptions=int(round(pre)) if pre is not None else None,
+            preemptions=round(pre) if pre is not None else None,
             gpu_utilization=util / 100.0 if util is not None else None,
             nvlink_bytes_per_second=values[promql.NVLINK_TX],
             comm_fraction=values[promql.COMM_FRACTION],
@@ -125,6 +125,6 @@ class PrometheusReader:
         """Whether Prometheus has a series of the engine's pods now; None when it cannot be asked."""
         try:
             return bool(_scalar(await asyncio.to_thread(self._query, promql.engine_series_query(namespace, pod_prefix), at)))
-        except Exception as exc:  # the tier's own metric reads report Prometheus errors; here "unknown"
+        except Exception as exc:  # noqa: BLE001 - the tier's own metric reads report Prometheus errors; here "unknown"
             log.debug("Prometheus at %s failed: %s", self.url, exc)
             return None

@@ -80,8 +80,9 @@ def probe_once(options: ProbeOptions, writer: Any | None, read: Callable[[], dic
     marks = marks_for(acquire_recording(options, read), options.node_name)
     if options.dry_run:
         return json.dumps({"node": options.node_name, "labels": marks.labels, "annotations": marks.annotations}, indent=1)
-    from kneepoint.nodeprobe.node_writer import NodeWriteError  # noqa: PLC0415 - kubernetes only when labelling
+    from kneepoint.nodeprobe.node_writer import NodeWriteError  # kubernetes only when labelling
 
+    assert writer is not None, "a writer is needed unless --dry-run"
     try:
         patch = writer.apply(options.node_name, marks)
     except NodeWriteError as err:
@@ -108,7 +109,7 @@ def run_probe(
     transient API error, a GPU fallen off the bus) are reported and the loop goes on.
     """
     if writer is None and not options.dry_run:
-        from kneepoint.nodeprobe.node_writer import NodeWriter  # noqa: PLC0415
+        from kneepoint.nodeprobe.node_writer import NodeWriter
 
         writer = NodeWriter()
     done = 0

@@ -49,8 +49,8 @@ def plan_patch(
 def load_core_api() -> Any:
     """A ``CoreV1Api`` from the in-cluster service account, else from the kubeconfig."""
     try:
-        from kubernetes import client, config  # noqa: PLC0415 - only the writer needs the client
-        from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
+        from kubernetes import client, config  # only the writer needs the client
+        from kubernetes.config.config_exception import ConfigException
     except ImportError as err:
         raise NodeWriteError(f"the kubernetes Python client is not installed: {err}") from err
     try:
@@ -66,8 +66,8 @@ def load_core_api() -> Any:
 def _api_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [OSError]
     try:
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-        from urllib3.exceptions import HTTPError  # noqa: PLC0415
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         errors += [ApiException, HTTPError]
     except ImportError:

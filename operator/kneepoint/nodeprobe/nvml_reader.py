@@ -142,7 +142,7 @@ def _library_version() -> str | None:
 
 def _import_pynvml() -> Any:
     try:
-        import pynvml  # noqa: PLC0415 - imported here so that loading recordings needs no NVML
+        import pynvml  # imported here so that loading recordings needs no NVML
     except ImportError as err:
         raise NvmlUnavailable(f"the pynvml module (package nvidia-ml-py) is not installed: {err}") from err
     return pynvml

@@ -198,7 +198,7 @@ def _require(mapping: Any, key: str, kind: type, where: str) -> Any:
     return value
 
 
-def _gpu(device: Any, index: int) -> tuple[Gpu, list[tuple[int, Any]]]:
+def _gpu(device: Any, index: int) -> tuple[Gpu, list[tuple[Any, tuple[int, int, int, int] | None]]]:
     where = f"recording.devices[{index}]"
     if _require(device, "index", int, where) != index:
         raise RecordingError(f"{where}.index: expected {index}")
@@ -277,7 +277,7 @@ def topology_from_recording(recording: dict[str, Any]) -> Topology:
             entry = by_pair.get((a, b))
             if entry is None:
                 raise RecordingError(f"recording.pairs: no entry for GPUs {a} and {b}")
-            p2p = entry.get("p2p") if isinstance(entry.get("p2p"), dict) else {}
+            p2p: dict[str, Any] = entry["p2p"] if isinstance(entry.get("p2p"), dict) else {}
             direct = max(
                 sum(1 for _, key in remotes[a] if key is not None and key == bus_keys[b]),
                 sum(1 for _, key in remotes[b] if key is not None and key == bus_keys[a]),

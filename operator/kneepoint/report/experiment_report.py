@@ -20,7 +20,7 @@ from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import Decision, Recommendation, TierResult
 from kneepoint.core.stop_rules import BUDGET, tier_label
 from kneepoint.kube import kserve
-from kneepoint.report.knee_chart import ChartContext
+from kneepoint.report.chart_context import ChartContext
 
 PLACEHOLDER_URIS = ("hf://unspecified/model",)
 SIMULATED_BANNER = "SIMULATED: these numbers come from kneepoint's engine simulator, not from GPUs"
@@ -89,7 +89,9 @@ def _short(decision: Decision) -> str:
 
 
 def _same_decision(a: Decision, b: Decision) -> bool:
-    key = lambda d: (d.tensor_parallel, d.pipeline_parallel, d.replicas, d.rule)  # noqa: E731
+    def key(d: Decision) -> tuple[int, int, int, str]:
+        return d.tensor_parallel, d.pipeline_parallel, d.replicas, d.rule
+
     return key(a) == key(b)
 
 
@@ -340,7 +342,7 @@ def report_json(report: ExperimentReport, chart_path: str | None = None) -> dict
             "configMapName": k.config_map_name,
         },
         "gpuMinutes": {
-            "perTier": {label: m for label, m in report.gpu_minutes},
+            "perTier": dict(report.gpu_minutes),
             "total": report.gpu_minutes_total,
             "totalSource": report.gpu_minutes_total_source,
         },

@@ -15,8 +15,7 @@ state, no display needed, safe in a pod or a test. Artists that tests look for c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -26,6 +25,7 @@ from matplotlib.ticker import NullLocator
 from kneepoint.core.decision import REMAINING_PHASES
 from kneepoint.core.status import TIER_FAILED, TIER_MEASURED, TIER_SKIPPED, Decision, TierResult
 from kneepoint.core.stop_rules import format_fraction, relative_change, tier_label
+from kneepoint.report.chart_context import ChartContext
 
 FIGURE_SIZE_INCHES = (9.0, 5.6)
 DPI = 150  # 1350 x 840 px: sharp in a README, small enough to commit
@@ -40,18 +40,6 @@ COMM_COLOUR = "#4b7d3a"
 X_LABEL = "GPUs per replica (tier; log2 scale)"
 THROUGHPUT_LABEL = "Output throughput (tokens/s)"
 LATENCY_LABEL = "P99 end-to-end latency (ms)"
-
-
-@dataclass(frozen=True)
-class ChartContext:
-    """What the title and reference lines say about the experiment."""
-
-    model: str | None = None
-    gpu_product: str | None = None
-    workload: str | None = None
-    """e.g. ``concurrency 32, 1024 in / 256 out tokens``."""
-    slo_latency_p99_ms: float | None = None
-    simulated: bool = False
 
 
 def chart_title(context: ChartContext, decision: Decision | None) -> str:
@@ -98,7 +86,12 @@ def _marker_kind(tier: TierResult) -> tuple[str, str] | None:
     return "not-measured", tier.phase  # pragma: no cover - every phase is covered above
 
 
-_MARKER_STYLE = {
+def _y(value: float | None) -> float:
+    """A value to plot; None is NaN, which matplotlib leaves out of the line (as it does None)."""
+    return math.nan if value is None else value
+
+
+_MARKER_STYLE: dict[str, dict[str, Any]] = {
     "skipped": dict(marker="x", color=SKIPPED_COLOUR, markersize=11, markeredgewidth=2.2),
     "failed": dict(marker="X", color=FAILED_COLOUR, markersize=11, markeredgewidth=1.0),
     "not-measured": dict(marker="o", color=SKIPPED_COLOUR, markerfacecolor="none", markersize=9, markeredgewidth=1.5),
@@ -140,7 +133,7 @@ def build_knee_figure(tiers: Sequence[TierResult], decision: Decision | None, co
     if measured:
         (line,) = ax.plot(
             [t.gpus for t in measured],
-            [t.output_tokens_per_second for t in measured],
+            [_y(t.output_tokens_per_second) for t in measured],
             "o-",
             color=THROUGHPUT_COLOUR,
             linewidth=2.2,
@@ -190,7 +183,7 @@ def build_knee_figure(tiers: Sequence[TierResult], decision: Decision | None, co
     if with_p99:
         (line,) = ax2.plot(
             [t.gpus for t in with_p99],
-            [t.latency_p99_ms for t in with_p99],
+            [_y(t.latency_p99_ms) for t in with_p99],
             "s--",
             color=LATENCY_COLOUR,
             linewidth=1.8,
@@ -236,7 +229,7 @@ def build_knee_figure(tiers: Sequence[TierResult], decision: Decision | None, co
             label=label,
             gid=gid,
             zorder=4,
-            **_MARKER_STYLE[gid],  # type: ignore[arg-type]
+            **_MARKER_STYLE[gid],
         )
         handles.append(marks)
         for t in members:
@@ -261,7 +254,7 @@ def build_knee_figure(tiers: Sequence[TierResult], decision: Decision | None, co
         knee_y = knee_tier.output_tokens_per_second if knee_tier else ax.get_ylim()[1] * 0.5
         (knee,) = ax.plot(
             [knee_x],
-            [knee_y],
+            [_y(knee_y)],
             linestyle="none",
             marker="*",
             markersize=22,

@@ -266,7 +266,7 @@ class _ProgressCounter(threading.Thread):
 
 
 def _fmt(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 

@@ -132,7 +132,9 @@ def ensure_pki(paths: StatePaths) -> None:
 
 def kubeconfig_document(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user: str) -> dict:
     """A kubeconfig with embedded credentials (what ``kubectl config --embed-certs`` writes)."""
-    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
     return {
         "apiVersion": "v1",
         "kind": "Config",

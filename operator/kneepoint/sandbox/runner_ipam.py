@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 
 DEFAULT_POD_CIDR = "127.2.0.0/16"
-_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+_LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 
 
 class PoolExhausted(RuntimeError):

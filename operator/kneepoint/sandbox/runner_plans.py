@@ -31,7 +31,7 @@ import json
 import math
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -378,11 +378,11 @@ def _field_ref(pod: Mapping[str, Any], path: str, pod_ip: str, host_ip: str) -> 
     raise ContainerConfigError(f"unsupported fieldRef fieldPath {path!r}")
 
 
-_QUANTITY_SUFFIXES = {
+_QUANTITY_SUFFIXES: dict[str, int | Fraction] = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
     "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
     "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}  # fmt: skip
+}  # fmt: skip # a table: one unit family per row
 
 
 def parse_quantity(text: str) -> Fraction:
@@ -629,8 +629,13 @@ def mount_paths(container: Mapping[str, Any], volume_dirs: Mapping[str, str]) ->
 def rewrite_mount_paths(word: str, mounts: Mapping[str, str]) -> str:
     """``word`` with every mount path (as a whole path prefix) replaced by its directory."""
     for path, directory in sorted(mounts.items(), key=lambda item: -len(item[0])):
-        word = re.sub(re.escape(path) + r"(?=/|\"|'|$|\s|,)", lambda _m, d=directory: d, word)
+        word = re.sub(re.escape(path) + r"(?=/|\"|'|$|\s|,)", _literal(directory), word)
     return word
+
+
+def _literal(text: str) -> Callable[[re.Match[str]], str]:
+    """A re.sub replacement that inserts ``text`` as it is (no backslash escapes)."""
+    return lambda _match: text
 
 
 # ---------------------------------------------------------------------------------------
@@ -658,7 +663,7 @@ def probe_spec(container: Mapping[str, Any], which: str, pod_ip: str) -> ProbeSp
     probe = container.get(which)
     if not probe:
         return None
-    timing = {
+    timing: dict[str, Any] = {
         "initial_delay_seconds": float(probe.get("initialDelaySeconds") or 0),
         "period_seconds": float(probe.get("periodSeconds") or 10),
         "timeout_seconds": float(probe.get("timeoutSeconds") or 1),

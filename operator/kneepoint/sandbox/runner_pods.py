@@ -217,7 +217,7 @@ class PodSupervisor:
                 await self._terminate()
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - one pod's failure must not stop the runner
+        except Exception:  # one pod's failure must not stop the runner
             log.exception("Pod supervisor failed pod=%s/%s", self.namespace, self.name)
         finally:
             self.finished.set()
@@ -264,7 +264,6 @@ class PodSupervisor:
             self.initialized = True
 
     async def _run_containers(self) -> None:
-        policy = _restart_policy(self.pod)
         for spec, record in zip(self.init_specs, self.init_records):
             if record.state == TERMINATED and record.exit_code == 0:
                 continue
@@ -414,7 +413,7 @@ class PodSupervisor:
         try:
             if not await asyncio.to_thread(self.services.gateway.put_pod_logs, body):
                 log.debug("No Logs object for pod=%s/%s (pod gone, or KWOK's Logs CRD not installed)", self.namespace, self.name)
-        except Exception as exc:  # a log that cannot be served must not stop the pod
+        except Exception as exc:  # noqa: BLE001 - a log that cannot be served must not stop the pod
             log.warning("Could not publish logs pod=%s/%s container=%s: %s", self.namespace, self.name, container, exc)
 
     async def _probe(self, spec: dict[str, Any], record: ContainerRecord, process: ContainerProcess) -> None:

@@ -219,7 +219,8 @@ class Engine:
         self._length_rng = random.Random(settings.seed + 1)
         self._fault_rng = random.Random(settings.seed + 2)
         self._wall_offset = time.time() - loop.time()
-        self._truth: IO[str] | None = open(settings.truth_log, "a", encoding="utf-8") if settings.truth_log else None
+        # Open for the engine loop's life; the loop closes it when it ends.
+        self._truth: IO[str] | None = open(settings.truth_log, "a", encoding="utf-8") if settings.truth_log else None  # noqa: SIM115
         self._stopping = False
         self.profiler = _profiler(settings)
 

@@ -58,7 +58,7 @@ WORKER_INIT_FAILED = ("Exception: WorkerProc initialization failed due to an exc
                       "See stack trace for root cause.")
 
 # Traceback frames as vLLM 0.24.0 prints them (70b-tp1-does-not-fit.log), pairs of (frame, code line).
-_KV_FRAMES = (
+_KV_FRAMES: tuple[tuple[str, str], ...] = (
     ('File "site-packages/vllm/v1/engine/core.py", line 1200, in run_engine_core', "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)"),
     ('File "site-packages/vllm/v1/engine/core.py", line 966, in __init__', "super().__init__("),
     ('File "site-packages/vllm/v1/engine/core.py", line 133, in __init__', "kv_cache_config = self._initialize_kv_caches(vllm_config)"),
@@ -67,14 +67,14 @@ _KV_FRAMES = (
     ('File "site-packages/vllm/v1/core/kv_cache_utils.py", line 740, in _check_enough_kv_cache_memory', "raise ValueError("),
 )
 # While loading weights (no capture of this one: the shape of vLLM's model-runner frames).
-_LOAD_FRAMES = (
+_LOAD_FRAMES: tuple[tuple[str, str], ...] = (
     ('File "site-packages/vllm/v1/engine/core.py", line 1200, in run_engine_core', "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)"),
     ('File "site-packages/vllm/v1/engine/core.py", line 966, in __init__', "super().__init__("),
     ('File "site-packages/vllm/v1/engine/core.py", line 118, in __init__', "self.model_executor = executor_class(vllm_config)"),
     ('File "site-packages/vllm/v1/worker/gpu_worker.py", line 280, in load_model', "self.model_runner.load_model(eep_scale_up=eep_scale_up)"),
     ('File "site-packages/vllm/v1/worker/model_runner.py", line 290, in load_model', "self.model = model_loader.load_model("),
 )
-_WORKER_FRAMES = (
+_WORKER_FRAMES: tuple[tuple[str, str], ...] = (
     ('File "site-packages/vllm/v1/engine/core.py", line 1200, in run_engine_core', "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)"),
     ('File "site-packages/vllm/v1/engine/core.py", line 118, in __init__', "self.model_executor = executor_class(vllm_config)"),
     ('File "site-packages/vllm/v1/executor/multiproc_executor.py", line 172, in _init_executor', "self.workers = WorkerProc.wait_for_ready(unready_workers)"),

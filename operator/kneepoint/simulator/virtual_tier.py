@@ -205,15 +205,15 @@ def quantile_ranks(n: int, q: float, confidence: float) -> tuple[int, int] | Non
             break
         tail += pmf[k]
     # Lower rank: largest l with P(B <= l - 1) <= alpha.
-    head, l = 0.0, None
+    head, lower = 0.0, None
     for k in range(0, n + 1):
         if head + pmf[k] > alpha:
-            l = k
+            lower = k
             break
         head += pmf[k]
-    if u is None or l is None or u > n or l < 1:
+    if u is None or lower is None or u > n or lower < 1:
         return None
-    return l, u
+    return lower, u
 
 
 def min_samples_for_quantile(q: float, confidence: float) -> int:

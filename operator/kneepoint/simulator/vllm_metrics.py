@@ -140,6 +140,7 @@ class VllmMetrics:
         for gap in outcome.itls:
             observe_itl(gap)
         for req in outcome.first_tokens:
+            # A request in first_tokens has both times set (Optional only before it is scheduled).
             self._ttft.observe(req.first_token_time - req.arrival_time)  # type: ignore[operator]
             self._queue.observe(req.first_scheduled_time - req.arrival_time)  # type: ignore[operator]
         for req in outcome.finished:

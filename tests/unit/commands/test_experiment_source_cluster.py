@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -24,7 +25,7 @@ CONFIG_MAP_PATH = "/api/v1/namespaces/team-a/configmaps/synthetic-kserve"
 
 
 class _StubApi(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         self.server.paths.append(self.path)  # type: ignore[attr-defined]
         if self.path == EXPERIMENT_PATH:
             self._send(200, failed_middle())
@@ -92,7 +93,7 @@ def test_not_found_forbidden_and_unreachable_are_one_line(stub_api, tmp_path):
     assert str(forbidden.value).startswith("experiment locked/x: the API server at http://127.0.0.1:")
     assert "answered 403 Forbidden: parallelismexperiments.kneepoint.io \"x\" is forbidden" in str(forbidden.value)
     dead = tmp_path / "dead"
-    dead.write_text(open(kubeconfig).read().replace(f":{stub_api[0].server_port}", ":9"), encoding="utf-8")
+    dead.write_text(Path(kubeconfig).read_text().replace(f":{stub_api[0].server_port}", ":9"), encoding="utf-8")
     with pytest.raises(InputError) as unreachable:
         ClusterSource(str(dead)).get_experiment("synthetic")
     assert "experiment team-a/synthetic: cannot reach the API server at http://127.0.0.1:9" in str(unreachable.value)

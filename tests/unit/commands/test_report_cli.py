@@ -36,7 +36,8 @@ def run(*args: str):
 
 
 def png_size(path) -> tuple[int, int]:
-    data = open(path, "rb").read()
+    with open(path, "rb") as fh:
+        data = fh.read()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     return struct.unpack(">II", data[16:24])
 
@@ -71,6 +72,19 @@ def test_png_written_from_the_cli(tmp_path):
     assert png_size(png) == (1350, 840)
     assert 20_000 < png.stat().st_size < 1_000_000
     assert result.stdout.rstrip().endswith(f"chart: {png}")
+
+
+def test_png_without_matplotlib_says_how_to_install_it(tmp_path):
+    # A fresh interpreter without matplotlib, as in the operator's image (no `report` extra).
+    def report(*args: str) -> subprocess.CompletedProcess[str]:
+        code = "import sys; sys.modules['matplotlib'] = None; from kneepoint.cli import main; sys.argv[0] = 'kneepoint'; main()"
+        return subprocess.run([sys.executable, "-c", code, "report", str(RECORDED), *args], capture_output=True, text=True, timeout=60)
+
+    assert report().returncode == 0  # the report itself needs no matplotlib
+    png = tmp_path / "knee.png"
+    result = report("--png", str(png))
+    assert result.returncode == 2 and not png.exists()
+    assert result.stderr.strip() == "kneepoint report: error: --png needs matplotlib, which is not installed: pip install 'kneepoint[report]'"
 
 
 @pytest.mark.parametrize(

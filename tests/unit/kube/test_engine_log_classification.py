@@ -39,7 +39,7 @@ def crash_looping_pod(message: str, restarts: int = 1) -> dict[str, Any]:
                                              "containerID": "containerd://run1", "finishedAt": "2026-12-01T18:27:12Z"}},
             }],
         },
-    }  # fmt: skip
+    }
 
 
 def test_the_termination_message_of_the_real_failure_lacks_the_root_cause() -> None:
@@ -89,7 +89,7 @@ def _tp2_log(root_cause: str) -> str:
         "in a background process. See stack trace for root cause.",
         "(APIServer pid=200) Traceback (most recent call last):",
         f"(APIServer pid=200) {POINTER}",
-    ])  # fmt: skip
+    ])
 
 
 def test_tp2_worker_out_of_memory_is_read_from_the_workers_lines() -> None:

@@ -62,7 +62,7 @@ def run_cli(
 def test_streaming_chat_run(tmp_path: pathlib.Path, endpoint: str) -> None:
     saved = tmp_path / "run.json"
     code, summary, out, err = run_cli(tmp_path, endpoint, "--api", "chat", "--repeats", "2", "--warmup-requests", "4",
-                                      "--save-json", str(saved))  # fmt: skip
+                                      "--save-json", str(saved))  # fmt: skip # argv: each flag beside its value
     assert code == 0, err
     assert summary["ok"] is True and summary["completed"] == 12 and summary["failed"] == 0
     assert TTFT_MS <= summary["ttftP50Ms"] <= 150.0
@@ -165,7 +165,7 @@ def test_poisson_rate_and_goodput(tmp_path: pathlib.Path, endpoint: str) -> None
 def test_two_worker_processes(tmp_path: pathlib.Path, endpoint: str) -> None:
     saved = tmp_path / "run.json"
     code, summary, _, err = run_cli(tmp_path, endpoint, "--workers", "2", "--num-requests", "24", "--repeats", "2",
-                                    "--save-json", str(saved))  # fmt: skip
+                                    "--save-json", str(saved))  # fmt: skip # argv: each flag beside its value
     assert code == 0, err
     assert summary["completed"] == 24
     document = json.loads(saved.read_text())
@@ -183,7 +183,7 @@ def test_auto_workers_escalate_after_a_cpu_saturated_warmup(tmp_path: pathlib.Pa
     saved = tmp_path / "run.json"
     # a limit of 0.001 core makes any warm-up count as CPU-saturated
     code, summary, _, err = run_cli(tmp_path, endpoint, "--workers", "auto", "--warmup-requests", "8",
-                                    "--client-cpu-limit", "0.001", "--save-json", str(saved))  # fmt: skip
+                                    "--client-cpu-limit", "0.001", "--save-json", str(saved))  # fmt: skip # argv: each flag beside its value
     assert code == 0, err
     assert "warming up again with 2" in err
     assert json.loads(saved.read_text())["config"]["workers"] == 2
@@ -240,7 +240,7 @@ def test_console_script_exit_code_and_termination_message(tmp_path: pathlib.Path
         [sys.executable, "-m", "kneepoint", "loadgen", "--endpoint", f"http://127.0.0.1:{_free_port()}", "--model", "m",
          "--concurrency", "2", "--num-requests", "4", "--input-len", "4", "--output-len", "4"],
         capture_output=True, text=True, env=env, timeout=60,
-    )  # fmt: skip
+    )  # fmt: skip # argv: each flag beside its value
     assert process.returncode == 1
     assert "Traceback" not in process.stderr
     summary = json.loads(term.read_text())

@@ -53,7 +53,7 @@ async def test_start_waits_for_the_first_finished_request_and_stop_comes_before_
 
 async def test_an_engine_without_profiler_is_reported_and_the_phase_still_finishes() -> None:
     runner, url, calls = await serve(status=404)
-    done = {"n": 1}  # noqa: F841
+    done = {"n": 1}
 
     async def phase() -> str:
         await asyncio.sleep(0.05)

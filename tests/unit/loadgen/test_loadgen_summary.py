@@ -32,7 +32,7 @@ CONTRACT_A_KEYS = {
     "outputTokensAsked", "outputTokensServed", "concurrency", "repeats", "keptRepeat",
     "repeatOutputTokensPerSecond", "clientLimited", "clientCpuPeak", "loopLagP99Ms",
     "startedAt", "finishedAt", "durationSeconds",
-}  # fmt: skip
+}  # fmt: skip # a key list, grouped by kind
 
 CLIENT = ClientLoad(workers=1, cpu_peak=0.2, cpu_median=0.1, loop_lag_p99_ms=1.0, limited=False)
 
@@ -42,7 +42,7 @@ def ok_record(index: int, start: float, ttft: float, latency: float, out: int = 
     return RequestRecord(
         index=index, start=start, input_tokens_asked=10, output_tokens_asked=5, ttft=ttft, latency=latency,
         itl=gaps, input_tokens=prompt, output_tokens=out, end=start + latency,
-    )  # fmt: skip
+    )
 
 
 def failed_record(index: int, start: float, kind: str, message: str = "boom") -> RequestRecord:

@@ -86,7 +86,7 @@ def test_tokenizer_file_errors(tmp_path) -> None:
     bad = tmp_path / "tokenizer.json"
     bad.write_text("{}")
     pytest.importorskip("tokenizers")
-    with pytest.raises(TokenizerFileError, match="not a tokenizer.json"):
+    with pytest.raises(TokenizerFileError, match=r"not a tokenizer\.json"):
         load_tokenizer(str(tmp_path))
 
 

@@ -59,7 +59,7 @@ def capture_estimate():
     return estimate_memory(
         get_preset("llama-3-8b"), get_gpu_type("h200"), Tier(1, 1),
         max_model_len=4096, concurrency=32, context_len=1280, gpu_memory_utilization=0.9,
-    )  # fmt: skip
+    )
 
 
 def test_the_pool_is_read_from_the_real_cache_config_info_labels():

@@ -94,7 +94,7 @@ def make_fake_pynvml(
             raise NVMLError(answer["nvmlError"])
         return answer
 
-    def api(fn):  # noqa: ANN001, ANN202 - test helper decorator
+    def api(fn):  # test helper decorator
         def wrapper(*args: Any) -> Any:
             m.calls.append((fn.__name__, args))
             if fn.__name__ != "nvmlInit" and not state["init"]:

@@ -36,7 +36,7 @@ def test_node_name_comes_from_the_environment() -> None:
     assert json.loads(result.stdout)["labels"]["kneepoint.io/nvlink-domain"] == "from-env-nvl0"
 
 
-def test_record_writes_nvml_answers(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_record_writes_nvml_answers(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", make_fake_pynvml(load("bridged-2x2")))
     out = tmp_path / "rec.json"
     result = invoke("--dry-run", "--node-name", NODE, "--record", str(out))
@@ -60,7 +60,7 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_incomplete_recording_exits_2(tmp_path) -> None:  # noqa: ANN001
+def test_incomplete_recording_exits_2(tmp_path) -> None:
     recording = load("pcie-4gpu")
     recording["pairs"] = []
     path = tmp_path / "r.json"

@@ -16,7 +16,7 @@ from kneepoint.nodeprobe.daemonset import build_probe_daemonset, build_probe_rba
 PACKAGE = Path(__file__).resolve().parents[3] / "operator" / "kneepoint" / "nodeprobe"
 
 
-def build(**kwargs) -> dict:  # noqa: ANN003
+def build(**kwargs) -> dict:
     return build_probe_daemonset("ghcr.io/example/kneepoint:0.1.0", "kneepoint-system", "kneepoint-probe", **kwargs)
 
 

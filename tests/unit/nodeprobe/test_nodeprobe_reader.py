@@ -124,7 +124,7 @@ def test_real_pynvml_without_a_driver_raises_nvml_unavailable() -> None:
         nvml_reader.read_nvml()
 
 
-def test_write_and_load_round_trip(tmp_path) -> None:  # noqa: ANN001
+def test_write_and_load_round_trip(tmp_path) -> None:
     recording = load("bridged-2x2")
     path = tmp_path / "sub" / "rec.json"
     nvml_reader.write_recording(recording, path)
@@ -139,7 +139,7 @@ def test_write_and_load_round_trip(tmp_path) -> None:  # noqa: ANN001
         (json.dumps({"kind": nvml_reader.RECORDING_KIND, "version": 99}), "version 99 is not supported"),
     ],
 )
-def test_load_recording_rejects_other_files_with_one_line(tmp_path, content: str, message: str) -> None:  # noqa: ANN001
+def test_load_recording_rejects_other_files_with_one_line(tmp_path, content: str, message: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(content)
     with pytest.raises(ValueError, match=message) as info:
@@ -147,7 +147,7 @@ def test_load_recording_rejects_other_files_with_one_line(tmp_path, content: str
     assert "\n" not in str(info.value)
 
 
-def test_reader_main_writes_the_recording(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
+def test_reader_main_writes_the_recording(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", make_fake_pynvml(load("h200x2-real")))
     out = tmp_path / "r.json"
     assert nvml_reader.main(["--out", str(out)]) == 0
@@ -156,9 +156,9 @@ def test_reader_main_writes_the_recording(tmp_path, monkeypatch: pytest.MonkeyPa
 
 
 def test_synthetic_fixtures_are_what_their_builder_writes() -> None:
-    import importlib.util  # noqa: PLC0415
+    import importlib.util
 
-    from nodeprobe_recordings import DATA  # noqa: PLC0415
+    from nodeprobe_recordings import DATA
 
     spec = importlib.util.spec_from_file_location("build_synthetic", DATA / "build_synthetic.py")
     module = importlib.util.module_from_spec(spec)

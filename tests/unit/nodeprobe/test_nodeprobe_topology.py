@@ -80,7 +80,7 @@ def test_real_h200_pair_matches_the_earlier_topology_dump() -> None:
     assert topo.interconnect == "nvlink"
 
 
-def _with_fabric(recording: dict, **fields) -> dict:  # noqa: ANN003
+def _with_fabric(recording: dict, **fields) -> dict:
     base = {"clusterUuid": "0123456789abcdef0123456789abcdef", "status": 0, "cliqueId": 4, "state": 3, "healthMask": 0}
     for device in recording["devices"]:
         device["fabric"] = {**base, **fields}
@@ -165,7 +165,7 @@ def test_failed_name_and_memory_reads_become_none() -> None:
         (lambda r: r["devices"][0].update(nvlinks="x"), r"devices\[0\]\.nvlinks: expected list"),
     ],
 )
-def test_malformed_recordings_name_the_field(mutate, message: str) -> None:  # noqa: ANN001
+def test_malformed_recordings_name_the_field(mutate, message: str) -> None:
     recording = load("pcie-4gpu")
     mutate(recording)
     with pytest.raises(RecordingError, match=message):

@@ -13,7 +13,7 @@ def node(name: str, gpus: int = 8) -> dict[str, Any]:
         "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H200", "kneepoint.io/nvlink-domain-size": str(gpus),
                                               "kneepoint.io/interconnect": "nvlink", "kneepoint.io/nvlink-domain": f"{name}-nvl0"}},
         "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]},
-    }  # fmt: skip
+    }
 
 
 def apply_merge_patch(base: Any, patch: Any) -> Any:

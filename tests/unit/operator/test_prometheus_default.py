@@ -19,7 +19,7 @@ def _kubeconfig(tmp_path: Path, server: str) -> str:
         "contexts": [{"name": "here", "context": {"cluster": "c", "user": "u"}}, {"name": "other", "context": {"cluster": "d"}}],
         "clusters": [{"name": "c", "cluster": {"server": server}}, {"name": "d", "cluster": {"server": "https://10.0.0.1:6443"}}],
         "users": [{"name": "u", "user": {}}],
-    }))  # fmt: skip
+    }))
     return str(path)
 
 

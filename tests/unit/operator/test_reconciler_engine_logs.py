@@ -33,7 +33,7 @@ def _experiment() -> dict[str, Any]:
                  "engine": {"gpuMemoryUtilization": 0.99, "extraArgs": ["--gpu-memory-utilization", "0.9"]},
                  "load": {"concurrency": 8},
                  "tiers": {"tensorParallel": [1]}, "placement": {"gpuProduct": "NVIDIA-H200"}},
-    }  # fmt: skip
+    }
 
 
 class LogApi(FakeApi):
@@ -59,7 +59,7 @@ class LogApi(FakeApi):
                 "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": _tail(REAL_70B),
                                              "containerID": f"containerd://run{self.restarts}"}},
             }]},
-        }]  # fmt: skip
+        }]
 
     async def container_log(self, namespace: str, pod: str, container: str, previous: bool, tail_lines: int, limit_bytes: int) -> str | None:
         await self._io("container_log")

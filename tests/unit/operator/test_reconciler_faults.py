@@ -38,7 +38,7 @@ def experiment(name: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1},
         "spec": {"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "architecture": {"preset": "llama-3-8b"}},
                  "tiers": {"tensorParallel": [8]}, "placement": {"gpuProduct": "NVIDIA-H200"}},
-    }  # fmt: skip
+    }
 
 
 def tier_phase(api: FakeApi, name: str) -> str:

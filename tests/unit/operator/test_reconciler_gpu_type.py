@@ -28,7 +28,7 @@ def experiment() -> dict[str, Any]:
         "metadata": {"name": "x", "namespace": "ns", "uid": "uid-x", "generation": 1},
         "spec": {"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "architecture": {"preset": "llama-3-8b"}},
                  "tiers": {"tensorParallel": [1, 2]}, "placement": {"nodeSelector": {"pool": "gpu"}}},
-    }  # fmt: skip
+    }
 
 
 def test_a_node_selector_experiment_records_the_product_at_placement_and_knows_it_when_collecting() -> None:

@@ -119,7 +119,7 @@ async def test_job_pod_succeeds_and_frees_its_address(tmp_path: Path, session: a
     await until(lambda: api.pod["status"]["phase"] == "Succeeded")
     status = api.pod["status"]
     assert status["podIP"] == "127.2.0.1" and status["hostIP"] == "127.0.0.1"
-    assert [p["status"]["phase"] for p in api.patches][0] in ("Pending", "Running")
+    assert api.patches[0]["status"]["phase"] in ("Pending", "Running")
     assert container(api)["state"]["terminated"]["exitCode"] == 0
     assert container(api)["state"]["terminated"]["reason"] == "Completed"
     await until(lambda: len(services.pool) == 0)

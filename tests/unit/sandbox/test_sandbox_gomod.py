@@ -27,7 +27,7 @@ def test_kubernetes_wrapper_replaces_every_staging_module_with_the_published_ver
 def test_a_patch_release_is_a_one_variable_change() -> None:
     replaces = gomod.gomod_replaces(gomod.wrapper_gomod(pins.kubernetes_build("v1.36.6")))
     assert set(replaces.values()) == {f"k8s.io/{m} v0.36.6" for m in pins.STAGING_MODULES_1_36}
-    with pytest.raises(ValueError, match="1.40"):
+    with pytest.raises(ValueError, match=r"1\.40"):
         pins.kubernetes_build("v1.40.0")
 
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from kneepoint.simulator.command import command
 from kneepoint.simulator.server import start, stop
 
-from test_sim_http import MODEL, make_settings  # noqa: E402  (same directory)
+from test_sim_http import MODEL, make_settings  # same directory
 
 
 async def _statuses(fraction: str, n: int) -> list[int]:
@@ -87,7 +87,7 @@ def test_sigterm_during_the_model_load_ends_the_process_at_once() -> None:
         [sys.executable, "-m", "kneepoint", "sim", "--model", MODEL, "--max-model-len", "2048", "--port", str(port),
          "--dcgm-port", "0", "--model-load-seconds", "60"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    )  # fmt: skip # argv: each flag beside its value
     try:
         deadline = time.monotonic() + 30
         loading = False

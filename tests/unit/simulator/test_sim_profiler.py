@@ -12,7 +12,7 @@ from kneepoint.core.kineto_trace import analyse, analyse_files, read_trace_file
 from kneepoint.simulator import profiler as sp
 from kneepoint.simulator.server import start, stop
 
-from test_sim_http import make_settings  # noqa: E402  (same directory)
+from test_sim_http import make_settings  # same directory
 
 
 def test_config_parses_as_vllm_does(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
 REAL_70B = (DATA / "70b-tp1-does-not-fit.log").read_text()
 REAL_8B = (DATA / "8b-tp1-serve.log").read_text()
 OPERATOR_FLAGS = ["--max-num-seqs", "32", "--max-model-len", "4096", "--gpu-memory-utilization", "0.9", "--dtype", "bfloat16",
-                  "--gpu", "h200", "--dcgm-port", "0"]  # fmt: skip
+                  "--gpu", "h200", "--dcgm-port", "0"]  # fmt: skip # argv: each flag beside its value
 # The lines that mark vLLM's start-up phases, in the order vLLM prints them.
 KEY_LINES = (
     "Initializing a V1 LLM engine",
