@@ -147,7 +147,7 @@ class FleetRead:
     fleet: FleetView | None
     gpu_product: str | None
     queue_position: int | None = None
-    product_selectors: dict[str, str] = field(default_factory=dict)
+    product_selectors: dict[str, tuple[str, str]] = field(default_factory=dict)
     placement_problem: str | None = None
 
 
@@ -171,7 +171,7 @@ class GpuBroker:
         """
         product = need.gpu_product
         queue_position = None
-        selectors: dict[str, str] = {}
+        selectors: dict[str, tuple[str, str]] = {}
         problem = None
         nodes, pods = await self.fleet_lists(wait=wait)
         all_pods = pods

@@ -307,7 +307,7 @@ class Reconciler:
         fleet = None
         queue_position = None
         product = need.gpu_product
-        selectors: dict[str, str] = {}
+        selectors: dict[str, tuple[str, str]] = {}
         problem = None
         if need.fleet:
             read = await self.broker.fleet(spec, name, namespace, uid, status.waiting_since, need, now, wait=fleet_wait)

@@ -28,7 +28,8 @@ import yaml
 
 from kneepoint.core.apifields import from_json, json_name, unwrap_optional
 from kneepoint.core.spec import ExperimentSpec, ModelSpec, SpecError, parse_spec
-from kneepoint.core.status import RULES, TIER_MEASURED, TIER_PENDING, TIER_PHASES, Decision, Recommendation, TierResult
+from kneepoint.core.rule_names import RULES
+from kneepoint.core.status import TIER_MEASURED, TIER_PENDING, TIER_PHASES, Decision, Recommendation, TierResult
 from kneepoint.core.tiers import Tier, build_ladder, parse_tier_name
 
 KIND = "ParallelismExperiment"

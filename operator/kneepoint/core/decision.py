@@ -25,8 +25,8 @@ from kneepoint.core.replicas_cost import SOURCE_MEASURED, CapacityPlan, cost_per
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.record_table import format_comparison_line, format_go_on, format_memory_line, format_stay, format_tier_line
 from kneepoint.core.spec import ExperimentSpec
+from kneepoint.core.rule_names import BUDGET, LAST_TIER, MEMORY_HEADROOM, ONLY_TIER, RULES
 from kneepoint.core.status import (
-    RULES,
     TIER_COLLECTING,
     TIER_DEPLOYING,
     TIER_FAILED,
@@ -39,10 +39,6 @@ from kneepoint.core.status import (
     TierResult,
 )
 from kneepoint.core.stop_rules import (
-    BUDGET,
-    LAST_TIER,
-    MEMORY_HEADROOM,
-    ONLY_TIER,
     RuleVerdict,
     StepEvaluation,
     check_memory_headroom,

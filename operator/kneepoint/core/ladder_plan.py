@@ -49,11 +49,11 @@ def plan(p: Pass, spec_hash: str) -> None:
     failed = get_condition(p.status.conditions, reasons.FAILED)
     if failed is not None and failed.status == "True" and failed.reason == reasons.MISSING_OBJECT:
         p.condition(reasons.FAILED, "False", reasons.PLAN_READY, "The objects the engine needs exist.")
-    why = plan_problem(obs)
-    if why is not None:
-        p.condition(reasons.PLANNED, "False", reasons.PLAN_FAILED, why)
-        p.condition(reasons.FAILED, "True", reasons.PLAN_FAILED, f"Cannot plan the ladder: {why}")
-        p.event(reasons.PLAN_FAILED, f"Cannot plan the ladder: {why}", warning=True)
+    problem = plan_problem(obs)
+    if problem is not None:
+        p.condition(reasons.PLANNED, "False", reasons.PLAN_FAILED, problem)
+        p.condition(reasons.FAILED, "True", reasons.PLAN_FAILED, f"Cannot plan the ladder: {problem}")
+        p.event(reasons.PLAN_FAILED, f"Cannot plan the ladder: {problem}", warning=True)
         p.status = replace(p.status, finished_at=p.now)
         p.progressed = True
         return

@@ -146,8 +146,8 @@ class Observations:
     """The GPU product the experiment runs on (spec, recorded at a placement, or the matching fleet's first)."""
     architecture_json: str | None = None
     """The resolved architecture as the simulator reads it (a preset name or config.json text)."""
-    product_selectors: tuple[tuple[str, str], ...] = ()
-    """(node, label key) pairs: which label each node matched the product by (GFD's, -SHARED included, or the
+    product_selectors: tuple[tuple[str, tuple[str, str]], ...] = ()
+    """(node, (label key, value)) pairs: which label each node matched the product by (GFD's, -SHARED included, or the
     probe's); an engine selects on that one, so a tier that looked schedulable is."""
     placement_problem: str | None = None
     """Why no node can ever hold the experiment (naming the spec field), read where the fleet view is empty."""
