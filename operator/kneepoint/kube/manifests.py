@@ -17,6 +17,7 @@ from typing import Any
 from kneepoint.core.apifields import to_json
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.memory_estimate import weight_bytes_per_gpu
+from kneepoint.core import node_labels
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
@@ -259,7 +260,7 @@ def _node_affinity(tier: Tier, ctx: BuildContext, preferred_node: str | None) ->
     if ctx.require_nvlink and tier.tensor_parallel > 1:
         # The TP group must sit inside one NVLink domain at least TP GPUs large.
         required.append(
-            {"key": naming.NODE_NVLINK_DOMAIN_SIZE, "operator": "Gt", "values": [str(tier.tensor_parallel - 1)]}
+            {"key": node_labels.NODE_NVLINK_DOMAIN_SIZE, "operator": "Gt", "values": [str(tier.tensor_parallel - 1)]}
         )
     affinity: dict[str, Any] = {}
     if required:
@@ -402,7 +403,7 @@ def build_engine_deployment(
         if ctx.gpu_product_label:
             selector.setdefault(*ctx.gpu_product_label)
         elif ctx.gpu_product:
-            selector.setdefault(naming.NODE_GPU_PRODUCT, ctx.gpu_product)
+            selector.setdefault(node_labels.NODE_GPU_PRODUCT, ctx.gpu_product)
         if selector:
             pod_spec["nodeSelector"] = selector
         affinity = _node_affinity(tier, ctx, preferred_node)

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from kneepoint.core import node_labels
 from kneepoint.core.observations import (
     START_CONFIG_ERROR,
     START_CRASH_LOOP,
@@ -364,10 +365,10 @@ SHARED_SUFFIX = "-SHARED"
 
 def node_gpu_product(labels: Mapping[str, str]) -> str:
     """The node's GPU product: GFD's label without its time-slicing suffix, else the node probe's; "" if neither."""
-    gfd = labels.get(naming.NODE_GPU_PRODUCT)
+    gfd = labels.get(node_labels.NODE_GPU_PRODUCT)
     if gfd:
         return gfd.removesuffix(SHARED_SUFFIX)
-    return labels.get(naming.NODE_PROBE_GPU_PRODUCT) or ""
+    return labels.get(node_labels.NODE_PROBE_GPU_PRODUCT) or ""
 
 
 def product_selector(labels: Mapping[str, str], gpu_product: str) -> tuple[str, str] | None:
@@ -376,11 +377,11 @@ def product_selector(labels: Mapping[str, str], gpu_product: str) -> tuple[str, 
     GFD's ``nvidia.com/gpu.product`` as it is on the node (with ``-SHARED`` under time-slicing),
     else the probe's ``kneepoint.io/gpu-product``; None when the node has another product.
     """
-    gfd = labels.get(naming.NODE_GPU_PRODUCT)
+    gfd = labels.get(node_labels.NODE_GPU_PRODUCT)
     if gfd and gfd.removesuffix(SHARED_SUFFIX) == gpu_product:
-        return naming.NODE_GPU_PRODUCT, gfd
-    if not gfd and labels.get(naming.NODE_PROBE_GPU_PRODUCT) == gpu_product:
-        return naming.NODE_PROBE_GPU_PRODUCT, gpu_product
+        return node_labels.NODE_GPU_PRODUCT, gfd
+    if not gfd and labels.get(node_labels.NODE_PROBE_GPU_PRODUCT) == gpu_product:
+        return node_labels.NODE_PROBE_GPU_PRODUCT, gpu_product
     return None
 
 
@@ -434,7 +435,7 @@ def fleet_view(
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in _get(node, "status", "conditions", default=[]))
         if not ready:
             continue
-        size = _gpu_quantity(labels.get(naming.NODE_NVLINK_DOMAIN_SIZE)) or 1
+        size = _gpu_quantity(labels.get(node_labels.NODE_NVLINK_DOMAIN_SIZE)) or 1
         free = total - used.get(name, 0) - (reserved or {}).get(name, 0)
         domains.append(
             DomainCapacity(
@@ -442,9 +443,9 @@ def fleet_view(
                 gpu_product=product,
                 gpus_total=total,
                 gpus_free=max(0, free),
-                nvlink_domain=labels.get(naming.NODE_NVLINK_DOMAIN),
+                nvlink_domain=labels.get(node_labels.NODE_NVLINK_DOMAIN),
                 nvlink_domain_size=size,
-                interconnect=labels.get(naming.NODE_INTERCONNECT) or ("nvlink" if size > 1 else "pcie"),
+                interconnect=labels.get(node_labels.NODE_INTERCONNECT) or ("nvlink" if size > 1 else "pcie"),
                 topology_domain=labels.get(topology_key) if topology_key else None,
             )
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kneepoint.core import node_labels
 from kneepoint.core import observations as obs
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.status import Decision
@@ -61,7 +62,7 @@ def test_leader_worker_set_group_of_pp_pods_with_tp_gpus_each():
     # Each pod keeps TP inside one NVLink domain of at least TP GPUs.
     for pod in (leader["spec"], worker["spec"]):
         term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-        assert {"key": naming.NODE_NVLINK_DOMAIN_SIZE, "operator": "Gt", "values": ["7"]} in term["matchExpressions"]
+        assert {"key": node_labels.NODE_NVLINK_DOMAIN_SIZE, "operator": "Gt", "values": ["7"]} in term["matchExpressions"]
         assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 
 
@@ -134,7 +135,7 @@ def test_group_container_failures_read_like_a_deployments():
 
 def test_fleet_view_fills_the_topology_domain():
     def node(name, rack):
-        labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", naming.NODE_NVLINK_DOMAIN_SIZE: "8"}
+        labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", node_labels.NODE_NVLINK_DOMAIN_SIZE: "8"}
         if rack:
             labels["example.com/rack"] = rack
         return {"metadata": {"name": name, "labels": labels},
