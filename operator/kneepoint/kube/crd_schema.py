@@ -36,13 +36,9 @@ import yaml
 from kneepoint.core.apifields import json_name, to_json, unwrap_optional
 from kneepoint.core.spec import CHAT_TEMPLATE_ALLOWANCE_TOKENS, ArchitectureSpec, ExperimentSpec, TiersSpec
 from kneepoint.core.status import Condition, ExperimentStatus
+from kneepoint.kube.naming import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
-GROUP = "kneepoint.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "ParallelismExperiment"
 LIST_KIND = f"{KIND}List"
-PLURAL = "parallelismexperiments"
 SINGULAR = "parallelismexperiment"
 SHORT_NAMES = ("pexp",)
 CATEGORIES = ("kneepoint",)
