@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kneepoint.core.tiers import Tier
+from kneepoint.core.timestamps import now_rfc3339
 from kneepoint.kube import naming
 from kneepoint.kube.lws_api import LeaderWorkerSetApi
 
@@ -156,7 +156,7 @@ class ChildWriter:
     async def post_event(self, involved: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
         """Post a core/v1 Event on the experiment. Failures are logged, never fatal."""
         meta = involved["metadata"]
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = now_rfc3339()
         body = {
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
             "involvedObject": {

@@ -41,6 +41,8 @@ from typing import Any, Callable
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kneepoint.core.timestamps import rfc3339
+
 log = logging.getLogger("kneepoint.election")
 
 LEASE_PREFIX = "kneepoint-operator"
@@ -338,7 +340,7 @@ class LeaseElector:
 
 def _iso(value: Any) -> str:
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return rfc3339(value, 6)
     return str(value)
 
 

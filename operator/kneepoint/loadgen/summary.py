@@ -23,8 +23,9 @@ import statistics as _stdlib_statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
+
+from kneepoint.core.timestamps import rfc3339
 
 from kneepoint.loadgen.records import ERROR_KINDS, RequestRecord
 from kneepoint.loadgen.statistics import Distribution, describe, percentile
@@ -275,12 +276,9 @@ def select_repeat(repeats: Sequence[RepeatSummary], max_error_fraction: float) -
     return RepeatChoice(kept, tuple(candidates), middle, spread)
 
 
-def rfc3339(epoch_seconds: float | None) -> str | None:
-    """UTC RFC 3339 with milliseconds and a Z (``2026-01-02T03:04:05.678Z``)."""
-    if epoch_seconds is None:
-        return None
-    moment = datetime.fromtimestamp(epoch_seconds, tz=timezone.utc)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _stamp(epoch_seconds: float | None) -> str | None:
+    """The summary's timestamps carry milliseconds (``2026-01-02T03:04:05.678Z``)."""
+    return None if epoch_seconds is None else rfc3339(epoch_seconds, 3)
 
 
 def failure_line(repeat: RepeatSummary, max_error_fraction: float) -> str | None:
@@ -351,8 +349,8 @@ def build_summary(
             "clientLimited": kept.client.limited,
             "clientCpuPeak": round(kept.client.cpu_peak, 3),
             "loopLagP99Ms": round(kept.client.loop_lag_p99_ms, 3),
-            "startedAt": rfc3339(kept.started_at),
-            "finishedAt": rfc3339(kept.finished_at),
+            "startedAt": _stamp(kept.started_at),
+            "finishedAt": _stamp(kept.finished_at),
             "durationSeconds": round(kept.duration, 3),
         }
     )
@@ -424,8 +422,8 @@ def repeat_json(repeat: RepeatSummary) -> dict[str, Any]:
         "errorFraction": round(repeat.error_fraction, 4),
         "errors": repeat.errors,
         "firstErrors": repeat.first_errors,
-        "startedAt": rfc3339(repeat.started_at),
-        "finishedAt": rfc3339(repeat.finished_at),
+        "startedAt": _stamp(repeat.started_at),
+        "finishedAt": _stamp(repeat.finished_at),
         "durationSeconds": round(repeat.duration, 4),
         "requestsPerSecond": round(repeat.requests_per_second, 4),
         "outputTokensPerSecond": round(repeat.output_tokens_per_second, 3),

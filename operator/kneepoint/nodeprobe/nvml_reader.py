@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime
 import importlib.metadata
 import json
 import sys
 from pathlib import Path
 from typing import Any, Callable
+
+from kneepoint.core.timestamps import now_rfc3339
 
 RECORDING_KIND = "kneepoint.io/nvml-recording"
 RECORDING_VERSION = 1
@@ -176,7 +177,7 @@ def read_nvml(nvml: Any | None = None) -> dict[str, Any]:
             "kind": RECORDING_KIND,
             "version": RECORDING_VERSION,
             "source": "nvml",
-            "recordedAt": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "recordedAt": now_rfc3339(),
             "library": {
                 "nvidiaMlPy": _library_version(),
                 "p2pCapsIndexReadConstant": repr(getattr(nvml, "NVML_P2P_CAPS_INDEX_READ", None)),

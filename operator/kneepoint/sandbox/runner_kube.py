@@ -19,7 +19,6 @@ import json
 import logging
 import threading
 import time
-from datetime import datetime
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from kneepoint.core.timestamps import parse_rfc3339
 from kneepoint.sandbox.runner_podstatus import KWOK_LOGS_GROUP, KWOK_LOGS_PLURAL, KWOK_LOGS_VERSION
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,7 @@ class KubeGateway:
 
 def _parse_time(text: str) -> float | None:
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return parse_rfc3339(text)
     except ValueError:
         return None
 

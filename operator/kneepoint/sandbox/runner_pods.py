@@ -22,13 +22,13 @@ import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from kneepoint.core.timestamps import now_rfc3339
 from kneepoint.sandbox.runner_ipam import LoopbackPool
 from kneepoint.sandbox.runner_kube import KubeGateway
 from kneepoint.sandbox.runner_plans import (
@@ -54,7 +54,6 @@ from kneepoint.sandbox.runner_podstatus import (
     container_status,
     pod_logs_object,
     pod_phase,
-    rfc3339,
     termination_message,
     termination_reason,
 )
@@ -119,7 +118,7 @@ class RunnerServices(Protocol):
 
 
 def _now() -> str:
-    return rfc3339(datetime.now(timezone.utc))
+    return now_rfc3339()
 
 
 def _version(pod: Mapping[str, Any]) -> int:

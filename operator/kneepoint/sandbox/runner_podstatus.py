@@ -20,7 +20,6 @@ from __future__ import annotations
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 MAX_MESSAGE_BYTES = 4096
@@ -32,10 +31,6 @@ KWOK_LOGS_GROUP, KWOK_LOGS_VERSION, KWOK_LOGS_PLURAL = "kwok.x-k8s.io", "v1alpha
 WAITING, RUNNING, TERMINATED = "waiting", "running", "terminated"
 MANAGED_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
 
-
-def rfc3339(moment: datetime) -> str:
-    """``2026-11-29T19:00:00Z`` (seconds, UTC), the API's timestamp form."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

@@ -27,11 +27,11 @@ import logging
 import os
 import signal
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
 
+from kneepoint.core.timestamps import now_rfc3339
 from kneepoint.sandbox.runner_podstatus import exit_code_of
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def cri_records(stamp: str, stream: str, buffer: bytearray, final: bool = False)
 
 
 def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return now_rfc3339(6)
 
 
 def log_file_name(namespace: str, pod: str, container: str) -> str:
@@ -113,7 +113,7 @@ class ContainerProcess:
         """Spawn the process; returns its pid. Raises OSError when it cannot be spawned."""
         self.cwd.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = now_rfc3339(6)
         with open(self.log_path, "ab") as log_file:
             log_file.write(f"==== kneepoint sandbox runner: {stamp} {banner} ====\n".encode())
             log_file.flush()

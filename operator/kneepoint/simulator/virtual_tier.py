@@ -45,9 +45,10 @@ from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any
 
+from kneepoint.core.timestamps import rfc3339
 from kneepoint.loadgen.records import HTTP_4XX, RequestRecord
 from kneepoint.loadgen.statistics import percentile_sorted
-from kneepoint.loadgen.summary import ClientLoad, build_summary, rfc3339, select_repeat, summarize_repeat
+from kneepoint.loadgen.summary import ClientLoad, build_summary, select_repeat, summarize_repeat
 from kneepoint.loadgen.workload import build_prompt, build_request_body
 from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig, SimRequest
 from kneepoint.simulator.server import SimulatorSettings
@@ -260,8 +261,8 @@ class TierMeasurement:
     def summary_at(self, epoch: float) -> dict[str, Any]:
         """The summary with its wall-clock stamps for a test that started at ``epoch`` (seconds since 1970)."""
         out = dict(self.summary)
-        out["startedAt"] = rfc3339(epoch + self.kept_started)
-        out["finishedAt"] = rfc3339(epoch + self.kept_finished)
+        out["startedAt"] = rfc3339(epoch + self.kept_started, 3)
+        out["finishedAt"] = rfc3339(epoch + self.kept_finished, 3)
         return out
 
 
