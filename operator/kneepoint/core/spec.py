@@ -475,10 +475,6 @@ class SpecError(ValueError):
         super().__init__("; ".join(str(e) for e in errors))
 
 
-def _type_name(tp: Any) -> str:
-    return {int: "integer", float: "number", str: "string", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
-
-
 def _check_scalar(value: Any, tp: Any, path: str, meta: Mapping[str, Any], errors: list[FieldError]) -> Any:
     if tp is bool:
         if not isinstance(value, bool):

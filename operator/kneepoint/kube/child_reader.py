@@ -135,18 +135,3 @@ class ChildReader:
         return await self._call(
             self.custom.get_namespaced_custom_object, naming.GROUP, naming.VERSION, namespace, naming.PLURAL, name
         )
-
-    async def children_names(self, experiment: str, namespace: str) -> dict[str, list[str]]:
-        """Names of every child kind by label, for cleanup and leak checks."""
-        selector = f"{naming.LABEL_EXPERIMENT}={naming.experiment_label_value(experiment)}"
-        out: dict[str, list[str]] = {}
-        for kind, fn in (
-            ("deployments", self.apps.list_namespaced_deployment),
-            ("services", self.core.list_namespaced_service),
-            ("jobs", self.batch.list_namespaced_job),
-            ("configmaps", self.core.list_namespaced_config_map),
-        ):
-            data = await self._call(fn, namespace, label_selector=selector)
-            out[kind] = [i["metadata"]["name"] for i in (data or {}).get("items", [])]
-        out["leaderworkersets"] = await self.lws.names(namespace, selector)
-        return out

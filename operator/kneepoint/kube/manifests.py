@@ -19,7 +19,6 @@ from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.memory_estimate import weight_bytes_per_gpu
 from kneepoint.core import node_labels
 from kneepoint.core.spec import ExperimentSpec
-from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import naming
 
@@ -667,5 +666,3 @@ def build_load_test_job(spec: ExperimentSpec, owner: Owner, tier: Tier, attempt:
     }
 
 
-def max_replicas(decision: Decision) -> int:
-    return max(1, math.ceil(decision.replicas))
