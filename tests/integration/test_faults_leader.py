@@ -31,7 +31,8 @@ from typing import Any
 
 import pytest
 from conftest import SESSION_PREFIX, OperatorProcess
-from fault_harness import ChildLedger, Cluster, FaultLog, experiment, is_finished, tier
+from experiment_api import Cluster, experiment, is_finished, tier
+from fault_harness import ChildLedger, FaultLog
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -105,11 +106,11 @@ def _cleanup(cluster: Cluster, namespace: str, operators: list[OperatorProcess])
 
 
 def _measured_events(cluster: Cluster, namespace: str, name: str) -> list[str]:
-    return [e["message"].split()[0] for e in cluster.events(namespace, name) if e["reason"] == "TierMeasured"]
+    return [e["message"].split()[0] for e in cluster.events(namespace, name, order="first") if e["reason"] == "TierMeasured"]
 
 
 def _no_event_twice(cluster: Cluster, namespace: str, name: str) -> None:
-    events = [(e["reason"], e["message"]) for e in cluster.events(namespace, name)]
+    events = [(e["reason"], e["message"]) for e in cluster.events(namespace, name, order="first")]
     twice = sorted({e for e in events if events.count(e) > 1})
     assert twice == [], f"events posted twice on {name}: {twice}"
 

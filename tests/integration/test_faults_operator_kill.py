@@ -27,7 +27,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fault_harness import ChildLedger, Cluster, FaultLog, condition, experiment, tier
+from experiment_api import Cluster, condition, experiment, tier
+from fault_harness import ChildLedger, FaultLog
 
 GPU = "nvidia.com/gpu"
 
@@ -126,12 +127,12 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
     jobs = ledger.created("Job", namespace)
     assert sorted(jobs) == [f"{namespace}/{name}-tp1-pp1-load1", f"{namespace}/{name}-tp2-pp1-load1"], jobs
     assert ledger.duplicates(namespace=namespace) == {}
-    events = cluster.events(namespace, name)
+    events = cluster.events(namespace, name, order="first")
     measured = [e["message"].split()[0] for e in events if e["reason"] == "TierMeasured"]
     assert all(measured.count(t) <= 1 for t in ("TP1", "TP2")), measured
 
     # Nothing left behind.
-    left = cluster.children(namespace, name)
+    left = cluster.workload_names(namespace, name)
     assert left == {"deployments": [], "services": [], "jobs": [], "pods": []}, left
     assert cluster.gpus_held([namespace]) == {}
     assert operator.proc.poll() is None, "the operator must still run"
@@ -225,7 +226,7 @@ def test_sigkill_storm_at_random_moments_through_a_three_tier_ladder(sandbox: An
         ("tp1-pp1", "Measured", 1), ("tp2-pp1", "Measured", 1), ("tp4-pp1", "Measured", 1)]  # fmt: skip
     assert ledger.duplicates(namespace=namespace) == {}
     assert sorted(ledger.created("Job", namespace)) == [f"{namespace}/{name}-tp{n}-pp1-load1" for n in (1, 2, 4)]
-    assert cluster.children(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
+    assert cluster.workload_names(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
     assert cluster.gpus_held([namespace]) == {}
     assert len(kills) >= 4, kills
     for seen in kills:

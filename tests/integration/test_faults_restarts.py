@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 from conftest import OperatorProcess
-from fault_harness import ChildLedger, Cluster, FaultLog, condition, experiment, tier
+from experiment_api import Cluster, condition, experiment, tier
+from fault_harness import ChildLedger, FaultLog
 
 from kneepoint.sandbox import controlplane
 
@@ -98,7 +99,7 @@ def test_api_server_restart_mid_experiment(sandbox: Any, operator: Any, namespac
     assert [(t["name"], t["phase"], t["attempts"]) for t in final["tiers"]] == [("tp1-pp1", "Measured", 1), ("tp2-pp1", "Measured", 1)]
     assert ledger.duplicates(namespace=namespace) == {}
     assert ledger.reconnects >= 1  # the ledger itself saw the API server go away
-    assert cluster.children(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
+    assert cluster.workload_names(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
     assert cluster.gpus_held([namespace]) == {}
     FaultLog().record("control-plane-restart", "kube-apiserver stopped ~10 s mid load test", True,
                       down_seconds=round(back_at - down_at, 1), apiserver_start_seconds=round(up_seconds, 1),

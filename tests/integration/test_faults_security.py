@@ -32,7 +32,8 @@ import psutil
 import pytest
 import yaml
 from conftest import OperatorProcess
-from fault_harness import Cluster, FaultLog, experiment, tier
+from experiment_api import Cluster, experiment, tier
+from fault_harness import FaultLog
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
