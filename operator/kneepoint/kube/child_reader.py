@@ -1,8 +1,8 @@
 """Reads the experiment's children, nodes and ConfigMaps from the API (the only reader).
 
 Calls the synchronous Kubernetes client in worker threads and returns plain dicts exactly as
-the API serves them (``_preload_content=False``), so the pure functions in ``pod_status``
-see the same shapes in tests and in production.
+the API serves them (``_preload_content=False``), so the pure functions in ``pod_status``,
+``fleet`` and ``load_test_result`` see the same shapes in tests and in production.
 """
 
 from __future__ import annotations

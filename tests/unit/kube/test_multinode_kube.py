@@ -10,7 +10,7 @@ from kneepoint.core import observations as obs
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
-from kneepoint.kube import manifests, naming, pod_status
+from kneepoint.kube import fleet, manifests, naming, pod_status
 
 OWNER = manifests.Owner("big", "team-a", "uid-1")
 CTX = manifests.BuildContext(operator_image="ghcr.io/kneepoint/kneepoint:test", architecture_json="llama-3.1-405b",
@@ -141,7 +141,7 @@ def test_fleet_view_fills_the_topology_domain():
         return {"metadata": {"name": name, "labels": labels},
                 "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]}}
 
-    view = pod_status.fleet_view([node("a", "r1"), node("b", "r1"), node("c", None)], [], "nvidia.com/gpu", None, {},
+    view = fleet.fleet_view([node("a", "r1"), node("b", "r1"), node("c", None)], [], "nvidia.com/gpu", None, {},
                                  topology_key="example.com/rack")
     assert [d.topology_domain for d in view.domains] == ["r1", "r1", None]
     assert view.can_ever_hold_group(8, 2, True, "example.com/rack")
