@@ -42,6 +42,7 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kneepoint.core import reasons
@@ -49,7 +50,7 @@ from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, 
 from kneepoint.core.architectures import architecture_from_spec, preset_names
 from kneepoint.core.decision import decide
 from kneepoint.core.gpus import GIB, find_gpu_type
-from kneepoint.core.ladder import LadderSettings, derive_phase, measurement_hash, reconcile_step
+from kneepoint.core.ladder import LadderSettings, derive_phase, measurement_hash
 from kneepoint.core.memory_estimate import estimate_memory
 from kneepoint.core.observations import (
     START_OUT_OF_MEMORY,
@@ -66,8 +67,9 @@ from kneepoint.core.tiers import Tier
 from kneepoint.kube.manifests import vllm_args
 from kneepoint.simulator.virtual_tier import AdaptiveStop, EngineStart, TierMeasurement, Workload, run_load_test, start_engine
 
-EPOCH = 1_800_000_000.0
-"""Virtual wall clock at the start of every run (any fixed instant)."""
+# The ladder's passes are run by the same driver as its unit tests (tests/unit/core/ladder_driver.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit" / "core"))
+from ladder_driver import T0 as EPOCH, Driver  # noqa: E402
 GB = 1e9
 
 # Stop rules that never fire: the sweep (and "no early stop") measures every tier, then the
@@ -516,19 +518,18 @@ def run_ladder(scenario: Scenario, variant: Variant, measurements: Measurements,
     ladder_spec = spec if variant.early_stop else dataclasses.replace(spec, stop_rules=NEVER_STOP)
     stream = f"{variant.stream}/{seed}"
     cluster = VirtualCluster(scenario, spec, measurements, stream, variant.adaptive, load_model)
-    settings = settings or LadderSettings()
-    spec_hash = measurement_hash(spec)
-    status = ExperimentStatus()
+    driver = Driver(ladder_spec, cluster.fleet_view(), settings=settings or LadderSettings(), spec_hash=measurement_hash(spec))
+    status = driver.status
     now = EPOCH
     passes = 0
     while passes < max_passes:
         passes += 1
-        step = reconcile_step(ladder_spec, status, cluster.observe(now, status), settings, spec_hash=spec_hash)
-        status = step.status
+        step = driver.run_pass(cluster.observe(now, driver.status))
         if passes == 1 and not variant.skip:
-            status = _unskip(status, now)
-        if passes == 1 and variant.skip_short_kv and status.phase not in ("Decided", "Failed"):
-            status = _skip_short_kv(spec, status, cluster, now)
+            driver.status = _unskip(driver.status, now)
+        if passes == 1 and variant.skip_short_kv and driver.status.phase not in ("Decided", "Failed"):
+            driver.status = _skip_short_kv(spec, driver.status, cluster, now)
+        status = driver.status
         cluster.apply(step.actions, now)
         if status.phase in ("Decided", "Failed"):
             break

@@ -1,6 +1,6 @@
 """Plan-time checks of the objects the engine needs, and the first tier's scrape check, through the ladder."""
 
-from test_ladder import Driver, make_spec
+from ladder_driver import Driver, make_spec
 
 from kneepoint.core import reasons
 from kneepoint.core.actions import EnsureEngine

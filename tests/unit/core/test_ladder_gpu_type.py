@@ -8,7 +8,7 @@ nodeSelector: no needed-memory figure (M1=n/a), and an 8B model that fits one H2
 from dataclasses import replace
 
 import pytest
-from test_ladder import Driver, make_spec
+from ladder_driver import Driver, make_spec
 
 
 class PoolDriver(Driver):

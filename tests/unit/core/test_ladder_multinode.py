@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import ladder_driver
+
 from kneepoint.core import reasons
 from kneepoint.core.actions import EnsureEngine, EnsureLoadTest
-from kneepoint.core.architectures import get_preset
 from kneepoint.core.gpus import get_gpu_type
-from kneepoint.core.ladder import LadderSettings, reconcile_step, rfc3339
 from kneepoint.core.observations import (
     START_UNSCHEDULABLE,
     DomainCapacity,
@@ -21,17 +21,15 @@ from kneepoint.core.observations import (
     FleetView,
     LoadTestState,
     MetricWindow,
-    Observations,
 )
 from kneepoint.core.record_table import format_decision, format_record_table
 from kneepoint.core.spec import parse_spec
-from kneepoint.core.status import ExperimentStatus
 from kneepoint.core.tiers import Tier
+from kneepoint.core.timestamps import rfc3339
 
 H100 = get_gpu_type("h100-sxm")
 H200 = get_gpu_type("h200")
-SETTINGS = LadderSettings(poll_seconds=5, waiting_poll_seconds=10, metrics_settle_seconds=10, metrics_deadline_seconds=100)
-T0 = 1_800_000_000.0
+T0 = ladder_driver.T0
 PRODUCT = "NVIDIA-H100-80GB-HBM3"
 
 
@@ -57,21 +55,9 @@ def spec(preset="llama-3.1-405b", tp=(1, 2, 4, 8), pp=(1, 2), **over):
     return parse_spec(doc)
 
 
-class Driver:
+class Driver(ladder_driver.Driver):
     def __init__(self, spec, fleet_view, gpu=H100):
-        self.spec = spec
-        self.status = ExperimentStatus()
-        self.now = T0
-        self.fleet = fleet_view
-        self.gpu = gpu
-        self.arch = get_preset(spec.model.architecture.preset)
-
-    def step(self, **obs):
-        base = dict(now=self.now, generation=1, fleet=self.fleet, architecture=self.arch, gpu=self.gpu)
-        base.update(obs)
-        result = reconcile_step(self.spec, self.status, Observations(**base), SETTINGS)
-        self.status = result.status
-        return result
+        super().__init__(spec, fleet_view, gpu=gpu)
 
 
 def test_405b_on_80gb_nodes_skips_every_single_node_tier_and_plans_tp8_pp2_as_multi_node() -> None:
