@@ -14,10 +14,8 @@ import uuid
 from typing import Any
 
 import pytest
-from experiment_api import Cluster, condition, experiment
+from experiment_api import GROUP, PLURAL, VERSION, Cluster, condition, experiment
 from kubernetes import client, watch
-
-GROUP, VERSION, PLURAL = "kneepoint.io", "v1alpha1", "parallelismexperiments"
 
 
 def _first_status(api: client.ApiClient, body: dict[str, Any], timeout: int = 60) -> dict[str, Any]:
