@@ -32,8 +32,6 @@ from typing import Any
 import aiohttp
 import click
 
-# The label the operator's test-only pretend mode puts on pods that KWOK's stages run (kube/manifests.py).
-from kneepoint.kube.manifests import SANDBOX_PRETEND_LABEL as PRETEND_LABEL
 from kneepoint.sandbox.runner.ipam import DEFAULT_POD_CIDR, LoopbackPool
 from kneepoint.sandbox.runner.kube import KubeGateway, WatchFeed
 from kneepoint.sandbox.runner.pods import PodSupervisor, RunnerSettings
@@ -44,6 +42,7 @@ from kneepoint.sandbox.runner.resolve import DEFAULT_CLUSTER_DOMAIN, ResolveMap,
 log = logging.getLogger("kneepoint.sandbox.runner")
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+PRETEND_LABEL = "kneepoint.io/sandbox-pretend"
 KINDS = ("nodes", "services", "pods")
 
 
