@@ -148,8 +148,6 @@ class Cluster:
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.custom.create_namespaced_custom_object(GROUP, VERSION, body["metadata"]["namespace"], PLURAL, body)
 
-    apply = create
-
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)

@@ -63,7 +63,7 @@ def test_demo_leaves_no_operator_behind_and_an_integration_case_then_passes(
     with sandbox.api_client() as api:
         cluster = Cluster(api)
         with ChildLedger(api, {namespace}) as ledger:
-            cluster.apply(experiment(name, namespace, {"tiers": {"tensorParallel": [1]}}))
+            cluster.create(experiment(name, namespace, {"tiers": {"tensorParallel": [1]}}))
             status = cluster.wait_finished(namespace, name, 180)
         events = [(e["reason"], e["message"]) for e in cluster.events(namespace, name, order="first")]
     assert status["phase"] == "Decided", status.get("message")

@@ -121,7 +121,7 @@ def test_operator_fails_what_only_the_fleet_can_judge(
     name = f"bad-{uuid.uuid4().hex[:5]}"
     with sandbox.api_client() as api:
         cluster = Cluster(api)
-        cluster.apply(experiment(name, namespace, patch))
+        cluster.create(experiment(name, namespace, patch))
         status = cluster.wait(namespace, name, lambda s: s.get("phase") in ("Failed", "Decided"), 60, "Failed")
         # Events are posted right after the status write.
         deadline = time.monotonic() + 10

@@ -36,7 +36,7 @@ def test_ten_experiments_on_too_few_gpus_queue_without_over_commit(sandbox: Any,
         with ChildLedger(api, {namespace}) as ledger:
             began = time.monotonic()
             for name in names:
-                cluster.apply(experiment(name, namespace, spec))
+                cluster.create(experiment(name, namespace, spec))
             deadline = time.monotonic() + 420
             while time.monotonic() < deadline and len(finished) < COUNT:
                 items = cluster.custom.list_namespaced_custom_object("kneepoint.io", "v1alpha1", namespace, "parallelismexperiments")["items"]

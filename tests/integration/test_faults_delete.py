@@ -82,7 +82,7 @@ def test_deleting_an_experiment_mid_tier_removes_every_child_and_frees_its_gpus(
         cluster = Cluster(api)
         with ChildLedger(api, set(namespaces)) as ledger:
             for name, ns, _, spec in cases:
-                cluster.apply(experiment(name, ns, {"tiers": {"tensorParallel": [2, 4]}, **spec}))
+                cluster.create(experiment(name, ns, {"tiers": {"tensorParallel": [2, 4]}, **spec}))
             results = {}
             for name, ns, phase, _ in cases:
                 cluster.wait(ns, name, lambda s, p=phase: (tier(s, "tp2-pp1") or {}).get("phase") == p, 90, f"tp2 {phase}", interval=0.2)

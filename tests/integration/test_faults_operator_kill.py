@@ -85,7 +85,7 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
 
     with ChildLedger(cluster.api, {namespace}) as ledger:
         operator.kill()  # applied while no operator runs; the kill below lands during planning
-        cluster.apply(experiment(name, namespace))
+        cluster.create(experiment(name, namespace))
         operator.start()
         cluster.wait(namespace, name, lambda s: condition(s, "Accepted") is not None, 60, "Accepted", interval=0.05)
         kill_and_restart("planning")
@@ -169,7 +169,7 @@ def test_killed_between_creating_the_engine_and_writing_status_under_scarcity(
         cluster.core.create_namespaced_pod(namespace, blocker(namespace, node))
     body = experiment(name, namespace, {"tiers": {"tensorParallel": [8]}})
     with ChildLedger(cluster.api, {namespace}) as ledger:
-        created = cluster.apply(body)
+        created = cluster.create(body)
         cluster.wait(namespace, name, lambda s: (tier(s, "tp8-pp1") or {}).get("phase") == "Waiting", 60, "tp8 Waiting")
         operator.kill()
         # What the operator does in the pass that ends the wait, up to the kill: h200-0 frees
@@ -208,7 +208,7 @@ def test_sigkill_storm_at_random_moments_through_a_three_tier_ladder(sandbox: An
     name = f"storm-{uuid.uuid4().hex[:5]}"
     kills: list[str] = []
     with ChildLedger(cluster.api, {namespace}) as ledger:
-        cluster.apply(experiment(name, namespace, {"tiers": {"tensorParallel": [1, 2, 4]}}))
+        cluster.create(experiment(name, namespace, {"tiers": {"tensorParallel": [1, 2, 4]}}))
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline:
             time.sleep(rng.uniform(8.0, 15.0))

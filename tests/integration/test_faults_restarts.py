@@ -77,7 +77,7 @@ def test_api_server_restart_mid_experiment(sandbox: Any, operator: Any, namespac
     with sandbox.api_client() as api:
         cluster = Cluster(api)
         with ChildLedger(api, {namespace}) as ledger:
-            cluster.apply(experiment(name, namespace, {"load": {"numRequests": 120}}))
+            cluster.create(experiment(name, namespace, {"load": {"numRequests": 120}}))
             cluster.wait(namespace, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 90, "tp1 LoadTesting", interval=0.2)
             down_at = time.monotonic()
             _stop(sandbox, "kube-apiserver", restorer)
@@ -118,7 +118,7 @@ def test_prometheus_restart_while_a_tier_collects(sandbox: Any, restorer: list[s
     try:
         with sandbox.api_client() as api:
             cluster = Cluster(api)
-            cluster.apply(experiment(name, namespace, {"tiers": {"tensorParallel": [1]}}))
+            cluster.create(experiment(name, namespace, {"tiers": {"tensorParallel": [1]}}))
             cluster.wait(namespace, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "Collecting", 90, "tp1 Collecting", interval=0.1)
             _stop(sandbox, "prometheus", restorer)
             down_at = time.monotonic()

@@ -149,8 +149,8 @@ def test_operator_with_only_its_service_account_runs_an_experiment_and_never_sho
                              extra_env={"KNEEPOINT_NAMESPACES": install.team, "KNEEPOINT_LEASE_NAMESPACE": install.system})  # fmt: skip
         op.start()
         try:
-            cluster.apply(experiment(stray, install.other, {"tiers": {"tensorParallel": [1]}}))
-            cluster.apply(experiment(name, install.team, {
+            cluster.create(experiment(stray, install.other, {"tiers": {"tensorParallel": [1]}}))
+            cluster.create(experiment(name, install.team, {
                 "tiers": {"tensorParallel": [1]}, "model": {"hubTokenSecretRef": {"name": "hf-token", "key": "token"}}}))  # fmt: skip
             # The engine gets the token by reference: find it in the engine process's environment.
             cluster.wait(install.team, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") in ("LoadTesting", "Collecting", "Measured"),

@@ -178,7 +178,7 @@ def batch(sandbox: Any, operator: Any, empty_prometheus: str, tmp_path_factory: 
             fast.start()
             ledger = ChildLedger(api, set(namespaces)).start()
             for case in cases.values():
-                cluster.apply(experiment(case.name, case.namespace, case.spec))
+                cluster.create(experiment(case.name, case.namespace, case.spec))
                 case.applied_at = time.time()
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and any(c.finished_at is None for c in cases.values()):
