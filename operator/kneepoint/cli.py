@@ -19,7 +19,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("kneepoint.commands.estimate", "Estimate per-GPU memory for every tier before spending GPU time."),
     "export": ("kneepoint.commands.export", "Print the KServe InferenceService for an experiment's decision."),
     "loadgen": ("kneepoint.loadgen.command", "Load-test an OpenAI-compatible server at fixed concurrency."),
-    "operator": ("kneepoint.handlers.command", "Run the operator (kopf) against the current kube context."),
+    "operator": ("kneepoint.commands.operator", "Run the operator (kopf) against the current kube context."),
     "probe": ("kneepoint.nodeprobe.command", "Read NVML topology and label this node with its NVLink domains."),
     "report": ("kneepoint.commands.report", "Report an experiment: tables, comparison blocks and a PNG chart."),
     "sandbox": ("kneepoint.sandbox.command", "Run a local Kubernetes control plane with simulated GPU nodes."),

@@ -18,7 +18,7 @@ from crd_validation import api_server_errors
 
 from kneepoint.core.apifields import to_json
 from kneepoint.core.spec import SpecError, parse_spec
-from kneepoint.kube import crd_schema
+from kneepoint.kube import crd_schema, naming
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "deploy" / "examples"
@@ -138,7 +138,7 @@ def _bad(mutation: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
 
 def test_base_of_the_bad_table_is_good(schema: dict[str, Any]) -> None:
     parse_spec(BASE)
-    assert api_server_errors(schema, {"apiVersion": crd_schema.API_VERSION, "kind": crd_schema.KIND, "metadata": {"name": "x"}, "spec": BASE}) == []
+    assert api_server_errors(schema, {"apiVersion": naming.API_VERSION, "kind": naming.KIND, "metadata": {"name": "x"}, "spec": BASE}) == []
 
 
 @pytest.mark.parametrize(("mutation", "field"), [(m, f) for _, m, f in BAD_SPECS], ids=[i for i, _, _ in BAD_SPECS])
@@ -152,7 +152,7 @@ def test_parse_spec_refuses_naming_the_field(mutation: Callable[[dict[str, Any]]
 
 @pytest.mark.parametrize(("mutation", "field"), [(m, f) for _, m, f in BAD_SPECS], ids=[i for i, _, _ in BAD_SPECS])
 def test_crd_refuses_naming_the_field(mutation: Callable[[dict[str, Any]], None], field: str, schema: dict[str, Any]) -> None:
-    obj = {"apiVersion": crd_schema.API_VERSION, "kind": crd_schema.KIND, "metadata": {"name": "x"}, "spec": _bad(mutation)}
+    obj = {"apiVersion": naming.API_VERSION, "kind": naming.KIND, "metadata": {"name": "x"}, "spec": _bad(mutation)}
     errors = api_server_errors(schema, obj)
     assert errors, "the CRD accepted what parse_spec refuses"
     assert any(field in e for e in errors), errors
@@ -162,19 +162,19 @@ def test_sim_uri_is_fine_in_simulate_mode(schema: dict[str, Any]) -> None:
     spec = _bad(_set("model.uri", "sim://llama"))
     spec["mode"] = "Simulate"
     parse_spec(spec)
-    assert api_server_errors(schema, {"apiVersion": crd_schema.API_VERSION, "kind": crd_schema.KIND, "metadata": {}, "spec": spec}) == []
+    assert api_server_errors(schema, {"apiVersion": naming.API_VERSION, "kind": naming.KIND, "metadata": {}, "spec": spec}) == []
 
 
 def test_explicit_architecture_numbers_are_fine_when_complete(schema: dict[str, Any]) -> None:
     numbers = {name: 8 for name in crd_schema.ARCHITECTURE_NUMBERS_REQUIRED}
     spec = _bad(_set("model.architecture", numbers))
     parse_spec(spec)
-    assert api_server_errors(schema, {"apiVersion": crd_schema.API_VERSION, "kind": crd_schema.KIND, "metadata": {}, "spec": spec}) == []
+    assert api_server_errors(schema, {"apiVersion": naming.API_VERSION, "kind": naming.KIND, "metadata": {}, "spec": spec}) == []
 
 
 def test_length_rule_names_all_three_fields(schema: dict[str, Any]) -> None:
     spec = _bad(_set("load.outputLen", 3073))
-    errors = api_server_errors(schema, {"apiVersion": crd_schema.API_VERSION, "kind": crd_schema.KIND, "metadata": {}, "spec": spec})
+    errors = api_server_errors(schema, {"apiVersion": naming.API_VERSION, "kind": naming.KIND, "metadata": {}, "spec": spec})
     assert errors == [
         "spec.load.inputLen: spec.load.inputLen + spec.load.outputLen must be at most spec.model.maxModelLen"
         " (prompt and output must fit the context limit)"

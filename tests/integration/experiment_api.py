@@ -1,9 +1,10 @@
 """Test-side access to ParallelismExperiments in the sandbox, for the operator's integration tests.
 
-- :func:`example_spec` / :func:`experiment`: a spec from ``deploy/examples`` (or any dict)
-  with per-test overrides merged in, wrapped as an object;
-- :class:`Experiments`: create, read, patch and delete experiments, read their events,
-  children and the GPUs pods hold, wait for a status predicate;
+- :func:`example_spec` / :func:`experiment`: a spec from ``deploy/examples`` (or the small
+  :data:`BASE_SPEC` of the fault suite) with per-test overrides merged in, wrapped as an object;
+- :class:`Cluster`: create, read, patch and delete experiments, read their events,
+  children and the GPUs pods hold, wait for a status predicate (the one harness of the
+  ladder, resilience and fault suites; fault_harness.py adds the watching instruments);
 - :class:`ChildPoller`: a background thread that lists the experiments' children and every
   node's GPU requests a few times a second while a test runs, so the test can ask
   afterwards whether a child ever existed twice, was re-created, or GPUs were ever promised
@@ -16,10 +17,11 @@ server holds (children, pods), never the operator's internals.
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,13 +30,29 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-GROUP, VERSION, PLURAL, KIND = "kneepoint.io", "v1alpha1", "parallelismexperiments", "ParallelismExperiment"
-LABEL_EXPERIMENT = "kneepoint.io/experiment"
-LABEL_TIER = "kneepoint.io/tier"
-LABEL_ROLE = "kneepoint.io/role"
-GPU = "nvidia.com/gpu"
+from kneepoint.core.node_labels import GPU_RESOURCE as GPU
+from kneepoint.kube.naming import GROUP, KIND, LABEL_EXPERIMENT, LABEL_ROLE, LABEL_TIER, PLURAL, ROLE_ENGINE, VERSION
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 CHILD_KINDS = ("deployments", "services", "jobs", "pods", "configmaps")
+
+# A tier takes about 15 s in the sandbox (2 s model load, a load test of a few seconds, the
+# operator's 5 s Prometheus settle time). The load is sized so each test lasts a few
+# seconds: shorter ones leave the counter queries with a single sample.
+BASE_SPEC: dict[str, Any] = {
+    "model": {
+        "uri": "hf://meta-llama/Llama-3.1-8B-Instruct",
+        "maxModelLen": 2048,
+        "architecture": {"preset": "llama-3-8b"},
+    },
+    "tiers": {"tensorParallel": [1, 2]},
+    "load": {"concurrency": 4, "numRequests": 48, "inputLen": 128, "outputLen": 64, "warmupRequests": 0, "repeats": 1},
+    # Rules chosen so the ladder always walks to its last tier: the decision is then
+    # deterministic (last-tier), whatever the simulator's noise does to the figures.
+    "stopRules": {"memoryHeadroom": 0.01, "minThroughputGain": 0.001, "maxP99Degradation": 1.0, "maxCommFraction": 1.0},
+    "placement": {"gpuProduct": "NVIDIA-H200"},
+    "budget": {"tierTimeoutSeconds": 90, "loadTestTimeoutSeconds": 90},
+}
 
 
 def closing_reasons(status: dict[str, Any]) -> set[str]:
@@ -65,10 +83,12 @@ def expand_reasons(events: list[dict[str, Any]]) -> list[str]:
 
 
 def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """Deep merge: dicts merge, anything else replaces."""
+    """Deep merge (dicts merge, everything else replaces); a None value deletes the key."""
     out = copy.deepcopy(base)
     for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
@@ -81,8 +101,14 @@ def example_spec(file_name: str, **overrides: Any) -> dict[str, Any]:
     return merge(doc["spec"], overrides)
 
 
-def experiment(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+def experiment(name: str, namespace: str, spec: dict[str, Any] | None = None, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A ParallelismExperiment body: :data:`BASE_SPEC` (or ``base``) with ``spec`` merged in."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": merge(BASE_SPEC if base is None else base, spec or {}),
+    }
 
 
 def tier(status: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -92,6 +118,10 @@ def tier(status: dict[str, Any], name: str) -> dict[str, Any] | None:
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
+
+
+def is_finished(status: dict[str, Any]) -> bool:
+    return status.get("phase") in ("Decided", "Failed")
 
 
 def gpu_request(pod: Any) -> int:
@@ -104,7 +134,7 @@ def gpu_request(pod: Any) -> int:
     return total
 
 
-class Experiments:
+class Cluster:
     """Admin access to the sandbox's API, as a user's kubectl would have."""
 
     def __init__(self, api: client.ApiClient):
@@ -127,7 +157,17 @@ class Experiments:
             raise
 
     def status(self, namespace: str, name: str) -> dict[str, Any]:
-        return (self.get(namespace, name) or {}).get("status") or {}
+        """The experiment's status ({} before the operator wrote one; retries while the API server is away)."""
+        for attempt in range(60):
+            try:
+                obj = self.get(namespace, name)
+                return (obj or {}).get("status") or {}
+            except (ApiException, OSError, Exception) as exc:  # noqa: BLE001 - a restarting API server
+                if attempt == 59:
+                    raise
+                last = exc
+                time.sleep(0.5)
+        raise AssertionError(f"unreachable: {last}")
 
     def patch_spec(self, namespace: str, name: str, spec_patch: dict[str, Any]) -> dict[str, Any]:
         return self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": spec_patch})
@@ -138,7 +178,7 @@ class Experiments:
     def wait(
         self, namespace: str, name: str, predicate: Callable[[dict[str, Any]], Any], timeout: float, what: str, interval: float = 0.5
     ) -> dict[str, Any]:
-        """Poll status until ``predicate(status)`` is truthy; returns that status."""
+        """Poll the status until ``predicate(status)`` is truthy; the last status is in the failure message."""
         deadline = time.monotonic() + timeout
         status: dict[str, Any] = {}
         while time.monotonic() < deadline:
@@ -146,13 +186,13 @@ class Experiments:
             if predicate(status):
                 return status
             time.sleep(interval)
-        raise AssertionError(
-            f"timed out after {timeout:.0f} s waiting for {namespace}/{name}: {what}; phase {status.get('phase')!r}, "
-            f"message {status.get('message')!r}, tiers {[(t.get('name'), t.get('phase')) for t in status.get('tiers') or []]}"
-        )
+        brief = {k: status.get(k) for k in ("phase", "currentTier", "message", "queuePosition", "waitingFor")}
+        brief["tiers"] = [(t.get("name"), t.get("phase"), t.get("reason")) for t in status.get("tiers") or []]
+        brief["conditions"] = [(c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []]
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} of {namespace}/{name}: {json.dumps(brief)}")
 
     def wait_finished(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
-        status = self.wait(namespace, name, lambda s: s.get("phase") in ("Decided", "Failed"), timeout, "Decided or Failed")
+        status = self.wait(namespace, name, is_finished, timeout, "Decided or Failed")
         settled_events(lambda: self.events(namespace, name), closing_reasons(status))
         return status
 
@@ -162,13 +202,20 @@ class Experiments:
         )
 
     # -- what the operator wrote about it
-    def events(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """The experiment's events (reason, message, type), oldest first."""
+    def events(self, namespace: str, name: str, order: str = "last") -> list[dict[str, Any]]:
+        """The experiment's events (reason, message, type, count), oldest first.
+
+        ``order``: ``last`` places a repeated event (count > 1) where it last happened,
+        ``first`` where it first did.
+        """
         items = self.core.list_namespaced_event(
             namespace, field_selector=f"involvedObject.kind={KIND},involvedObject.name={name}"
         ).items
-        items.sort(key=lambda e: (e.last_timestamp or e.event_time or e.metadata.creation_timestamp, e.metadata.creation_timestamp))
-        return [{"reason": e.reason, "message": e.message, "type": e.type, "count": e.count or 1} for e in items]
+        if order == "first":
+            items.sort(key=lambda e: (e.first_timestamp or e.event_time or e.metadata.creation_timestamp, e.metadata.name))
+        else:
+            items.sort(key=lambda e: (e.last_timestamp or e.event_time or e.metadata.creation_timestamp, e.metadata.creation_timestamp))
+        return [{"reason": e.reason or "", "message": e.message or "", "type": e.type or "", "count": e.count or 1} for e in items]
 
     def reasons(self, namespace: str, name: str) -> list[str]:
         return expand_reasons(self.events(namespace, name))
@@ -189,7 +236,12 @@ class Experiments:
         }
 
     def child_names(self, namespace: str, name: str) -> dict[str, list[str]]:
+        """Sorted names of the children, only the kinds that have some (ConfigMaps included)."""
         return {kind: sorted(o.metadata.name for o in objs) for kind, objs in self.children(namespace, name).items() if objs}
+
+    def workload_names(self, namespace: str, name: str) -> dict[str, list[str]]:
+        """Names of the Deployments, Services, Jobs and pods that still exist, every kind listed (empty or not)."""
+        return {kind: [o.metadata.name for o in objs] for kind, objs in self.children(namespace, name).items() if kind != "configmaps"}
 
     def gpu_pods(self, namespace: str) -> list[str]:
         """Pods in ``namespace`` that hold GPUs (not finished)."""
@@ -199,11 +251,19 @@ class Experiments:
     def node_gpus(self) -> dict[str, tuple[int, int]]:
         """node -> (GPUs requested by pods bound to it and not finished, allocatable GPUs)."""
         allocatable = {n.metadata.name: int((n.status.allocatable or {}).get(GPU) or 0) for n in self.core.list_node().items}
-        used: dict[str, int] = defaultdict(int)
-        for p in self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed").items:
-            if p.spec.node_name:
-                used[p.spec.node_name] += gpu_request(p)
+        used = self.gpus_held()
         return {node: (used.get(node, 0), alloc) for node, alloc in allocatable.items()}
+
+    def gpus_held(self, namespaces: Iterable[str] | None = None) -> dict[str, int]:
+        """GPUs requested by bound, non-terminated pods, per node (only ``namespaces`` when given)."""
+        held: dict[str, int] = defaultdict(int)
+        wanted = set(namespaces) if namespaces is not None else None
+        for pod in self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed").items:
+            if (wanted is not None and pod.metadata.namespace not in wanted) or not pod.spec.node_name:
+                continue
+            if gpus := gpu_request(pod):
+                held[pod.spec.node_name] += gpus
+        return dict(held)
 
 
 @dataclass
@@ -213,7 +273,7 @@ class ChildPoller:
     Use as a context manager around the part of a test where the operator works.
     """
 
-    experiments: Experiments
+    experiments: Cluster
     targets: list[tuple[str, str]]
     """(namespace, experiment name) pairs."""
     interval: float = 0.3
@@ -274,7 +334,7 @@ class ChildPoller:
                         live[(namespace, name, kind, (meta.labels or {}).get(LABEL_TIER, ""))] += 1
             for key, count in live.items():
                 self.max_live[key] = max(self.max_live[key], count)
-            for pod in api.core.list_namespaced_pod(namespace, label_selector=f"{selector},{LABEL_ROLE}=engine").items:
+            for pod in api.core.list_namespaced_pod(namespace, label_selector=f"{selector},{LABEL_ROLE}={ROLE_ENGINE}").items:
                 self.engine_gpus[(namespace, name)] = max(self.engine_gpus[(namespace, name)], gpu_request(pod))
                 for cond in pod.status.conditions or []:
                     if cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "Unschedulable":

@@ -1,8 +1,9 @@
 """Instruments for the fault-injection suite (tests/integration/test_faults_*.py).
 
-- :func:`experiment`: a small Measure-mode ParallelismExperiment (8B Llama on H200, tiny
-  load, rules that walk the whole ladder) with per-test overrides merged in;
-- :class:`Cluster`: apply, read status and events, wait for a status predicate;
+(The experiment bodies and :class:`experiment_api.Cluster`, which applies them and reads status
+and events, are experiment_api.py's: one harness for every integration suite.)
+
+- :func:`session_namespace`: a namespace the session's operator watches;
 - :class:`ChildLedger`: watches every kneepoint child (Deployments, Services, Jobs, pods,
   ConfigMaps) in the given namespaces from the API server, reconnecting across API server
   restarts, and keeps every ADDED/MODIFIED/DELETED it saw with a timestamp, so a test can
@@ -17,171 +18,23 @@ API server holds (children, pods): never the operator's internals.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiment_api import closing_reasons, settled_events
+from experiment_api import GPU, LABEL_EXPERIMENT, LABEL_ROLE
 from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
-
-GROUP, VERSION, PLURAL = "kneepoint.io", "v1alpha1", "parallelismexperiments"
-LABEL_EXPERIMENT = "kneepoint.io/experiment"
-GPU = "nvidia.com/gpu"
-
-# A tier takes about 15 s in the sandbox (2 s model load, a load test of a few seconds, the
-# operator's 5 s Prometheus settle time). The load is sized so each test lasts a few
-# seconds: shorter ones leave the counter queries with a single sample.
-BASE_SPEC: dict[str, Any] = {
-    "model": {
-        "uri": "hf://meta-llama/Llama-3.1-8B-Instruct",
-        "maxModelLen": 2048,
-        "architecture": {"preset": "llama-3-8b"},
-    },
-    "tiers": {"tensorParallel": [1, 2]},
-    "load": {"concurrency": 4, "numRequests": 48, "inputLen": 128, "outputLen": 64, "warmupRequests": 0, "repeats": 1},
-    # Rules chosen so the ladder always walks to its last tier: the decision is then
-    # deterministic (last-tier), whatever the simulator's noise does to the figures.
-    "stopRules": {"memoryHeadroom": 0.01, "minThroughputGain": 0.001, "maxP99Degradation": 1.0, "maxCommFraction": 1.0},
-    "placement": {"gpuProduct": "NVIDIA-H200"},
-    "budget": {"tierTimeoutSeconds": 90, "loadTestTimeoutSeconds": 90},
-}
-
-
-def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """Deep merge (dicts merge, everything else replaces); a None value deletes the key."""
-    out = copy.deepcopy(base)
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def experiment(name: str, namespace: str, spec: dict[str, Any] | None = None, base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A ParallelismExperiment body: :data:`BASE_SPEC` (or ``base``) with ``spec`` merged in."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "ParallelismExperiment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": merge(BASE_SPEC if base is None else base, spec or {}),
-    }
-
 
 def session_namespace(operator: Any, tag: str) -> str:
     """A namespace name the session's operator watches (it may watch only ``<prefix>-*``)."""
     pattern = (getattr(operator, "extra_env", None) or {}).get("KNEEPOINT_NAMESPACES", "")
     prefix = pattern[: -len("-*")] if pattern.endswith("-*") else "t"
     return f"{prefix}-{tag}"
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
-
-
-def tier(status: dict[str, Any], name: str) -> dict[str, Any] | None:
-    return next((t for t in status.get("tiers") or [] if t.get("name") == name), None)
-
-
-def is_finished(status: dict[str, Any]) -> bool:
-    return status.get("phase") in ("Decided", "Failed")
-
-
-class Cluster:
-    """Admin access to the sandbox's API, as a user's kubectl would have."""
-
-    def __init__(self, api: client.ApiClient):
-        self.api = api
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
-        self.batch = client.BatchV1Api(api)
-
-    def apply(self, body: dict[str, Any]) -> dict[str, Any]:
-        ns = body["metadata"]["namespace"]
-        return self.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
-
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def status(self, namespace: str, name: str) -> dict[str, Any]:
-        """The experiment's status ({} before the operator wrote one; retries while the API server is away)."""
-        for attempt in range(60):
-            try:
-                obj = self.get(namespace, name)
-                return (obj or {}).get("status") or {}
-            except (ApiException, OSError, Exception) as exc:  # a restarting API server
-                if attempt == 59:
-                    raise
-                last = exc
-                time.sleep(0.5)
-        raise AssertionError(f"unreachable: {last}")
-
-    def delete(self, namespace: str, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-
-    def events(self, namespace: str, name: str) -> list[dict[str, str]]:
-        """Events on the experiment, oldest first: reason, message, type."""
-        items = self.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
-        items.sort(key=lambda e: (e.first_timestamp or e.event_time or e.metadata.creation_timestamp, e.metadata.name))
-        return [{"reason": e.reason or "", "message": e.message or "", "type": e.type or ""} for e in items]
-
-    def wait(self, namespace: str, name: str, predicate: Callable[[dict[str, Any]], Any], timeout: float, what: str, interval: float = 0.5) -> dict[str, Any]:
-        """Poll the status until ``predicate(status)`` is truthy; the last status is in the failure message."""
-        deadline = time.monotonic() + timeout
-        status: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            status = self.status(namespace, name)
-            if predicate(status):
-                return status
-            time.sleep(interval)
-        brief = {k: status.get(k) for k in ("phase", "currentTier", "message", "queuePosition", "waitingFor")}
-        brief["tiers"] = [(t.get("name"), t.get("phase"), t.get("reason")) for t in status.get("tiers") or []]
-        brief["conditions"] = [(c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []]
-        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} of {namespace}/{name}: {json.dumps(brief)}")
-
-    def wait_finished(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
-        status = self.wait(namespace, name, is_finished, timeout, "Decided or Failed")
-        settled_events(lambda: self.events(namespace, name), closing_reasons(status))
-        return status
-
-    def children(self, namespace: str, experiment_name: str) -> dict[str, list[str]]:
-        """Names of the experiment's children that still exist, per kind (pods included)."""
-        sel = f"{LABEL_EXPERIMENT}={experiment_name}"
-        return {
-            "deployments": [d.metadata.name for d in self.apps.list_namespaced_deployment(namespace, label_selector=sel).items],
-            "services": [s.metadata.name for s in self.core.list_namespaced_service(namespace, label_selector=sel).items],
-            "jobs": [j.metadata.name for j in self.batch.list_namespaced_job(namespace, label_selector=sel).items],
-            "pods": [p.metadata.name for p in self.core.list_namespaced_pod(namespace, label_selector=sel).items],
-        }
-
-    def gpus_held(self, namespaces: Iterable[str] | None = None) -> dict[str, int]:
-        """GPUs requested by bound, non-terminated pods, per node (only ``namespaces`` when given)."""
-        held: dict[str, int] = {}
-        wanted = set(namespaces) if namespaces is not None else None
-        for pod in self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed").items:
-            if wanted is not None and pod.metadata.namespace not in wanted:
-                continue
-            if not pod.spec.node_name:
-                continue
-            gpus = sum(int((c.resources.requests or {}).get(GPU, 0)) for c in pod.spec.containers if c.resources)
-            if gpus:
-                held[pod.spec.node_name] = held.get(pod.spec.node_name, 0) + gpus
-        return held
 
 
 # ---------------------------------------------------------------------------------------
@@ -230,7 +83,7 @@ def _seen(kind: str, type_: str, obj: Any) -> Seen:
                 unschedulable = True
     return Seen(
         time.time(), type_, kind, meta.namespace, meta.name, meta.uid, labels.get(LABEL_EXPERIMENT, ""),
-        labels.get("kneepoint.io/role", ""), meta.deletion_timestamp is not None, gpus, node, phase, unschedulable,
+        labels.get(LABEL_ROLE, ""), meta.deletion_timestamp is not None, gpus, node, phase, unschedulable,
     )
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from conftest import leaders_of_every_namespace
-from fault_harness import ChildLedger, Cluster, experiment, tier
+from experiment_api import Cluster, experiment, tier
+from fault_harness import ChildLedger
 
 DEMO_NAMESPACE = "kneepoint-demo"
 OPERATOR_NAMESPACE = "kneepoint-system"
@@ -62,9 +63,9 @@ def test_demo_leaves_no_operator_behind_and_an_integration_case_then_passes(
     with sandbox.api_client() as api:
         cluster = Cluster(api)
         with ChildLedger(api, {namespace}) as ledger:
-            cluster.apply(experiment(name, namespace, {"tiers": {"tensorParallel": [1]}}))
+            cluster.create(experiment(name, namespace, {"tiers": {"tensorParallel": [1]}}))
             status = cluster.wait_finished(namespace, name, 180)
-        events = [(e["reason"], e["message"]) for e in cluster.events(namespace, name)]
+        events = [(e["reason"], e["message"]) for e in cluster.events(namespace, name, order="first")]
     assert status["phase"] == "Decided", status.get("message")
     assert tier(status, "tp1-pp1")["attempts"] == 1
     assert [r for r, _ in events].count("TierMeasured") == 1, events

@@ -29,7 +29,8 @@ from typing import Any, Callable
 
 import pytest
 import yaml
-from fault_harness import Cluster, FaultLog, condition, experiment, session_namespace
+from experiment_api import Cluster, condition, experiment
+from fault_harness import FaultLog, session_namespace
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -120,13 +121,13 @@ def test_operator_fails_what_only_the_fleet_can_judge(
     name = f"bad-{uuid.uuid4().hex[:5]}"
     with sandbox.api_client() as api:
         cluster = Cluster(api)
-        cluster.apply(experiment(name, namespace, patch))
+        cluster.create(experiment(name, namespace, patch))
         status = cluster.wait(namespace, name, lambda s: s.get("phase") in ("Failed", "Decided"), 60, "Failed")
         # Events are posted right after the status write.
         deadline = time.monotonic() + 10
-        while not (events := cluster.events(namespace, name)) and time.monotonic() < deadline:
+        while not (events := cluster.events(namespace, name, order="first")) and time.monotonic() < deadline:
             time.sleep(0.3)
-        children = cluster.children(namespace, name)
+        children = cluster.workload_names(namespace, name)
     assert status["phase"] == "Failed", status
     failed = condition(status, "Failed")
     assert failed and failed["status"] == "True", status.get("conditions")

@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fault_harness import ChildLedger, Cluster, FaultLog, experiment, is_finished, tier
+from experiment_api import Cluster, experiment, is_finished, tier
+from fault_harness import ChildLedger, FaultLog
 
 COUNT = 10
 FLEET_H200_GPUS = 16
@@ -35,7 +36,7 @@ def test_ten_experiments_on_too_few_gpus_queue_without_over_commit(sandbox: Any,
         with ChildLedger(api, {namespace}) as ledger:
             began = time.monotonic()
             for name in names:
-                cluster.apply(experiment(name, namespace, spec))
+                cluster.create(experiment(name, namespace, spec))
             deadline = time.monotonic() + 420
             while time.monotonic() < deadline and len(finished) < COUNT:
                 items = cluster.custom.list_namespaced_custom_object("kneepoint.io", "v1alpha1", namespace, "parallelismexperiments")["items"]
@@ -72,7 +73,7 @@ def test_ten_experiments_on_too_few_gpus_queue_without_over_commit(sandbox: Any,
         deployed_at[a] <= deployed_at[b] + 3 for a in waited for b in waited if first[a] < first[b]
     ), (first, deployed_at)
     for name in names:
-        assert cluster.children(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
+        assert cluster.workload_names(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
     assert cluster.gpus_held([namespace]) == {}
     total = max(finished.values())
     FaultLog().record("contention", "10 experiments x 4 GPUs on a 16-GPU fleet", True,

@@ -17,7 +17,8 @@ from typing import Any
 
 import psutil
 import pytest
-from fault_harness import ChildLedger, Cluster, FaultLog, experiment, session_namespace, tier
+from experiment_api import Cluster, experiment, tier
+from fault_harness import ChildLedger, FaultLog, session_namespace
 
 TIMEOUT = 60
 
@@ -57,7 +58,7 @@ def _wait_gone(cluster: Cluster, namespace: str, name: str, started: float, pids
         now = time.monotonic() - started
         if "experiment" not in marks and cluster.get(namespace, name) is None:
             marks["experiment"] = now
-        children = cluster.children(namespace, name)
+        children = cluster.workload_names(namespace, name)
         children["configmaps"] = [c.metadata.name for c in cluster.core.list_namespaced_config_map(namespace, label_selector=f"kneepoint.io/experiment={name}").items]
         if "children" not in marks and not any(children.values()):
             marks["children"] = now
@@ -66,7 +67,7 @@ def _wait_gone(cluster: Cluster, namespace: str, name: str, started: float, pids
         if "processes" not in marks and not _processes_of(namespace) and not any(psutil.pid_exists(p) for p in pids):
             marks["processes"] = now
         time.sleep(0.1)
-    assert len(marks) == 4, (namespace, marks, cluster.children(namespace, name), cluster.gpus_held([namespace]), _processes_of(namespace))
+    assert len(marks) == 4, (namespace, marks, cluster.workload_names(namespace, name), cluster.gpus_held([namespace]), _processes_of(namespace))
     return {k: round(v, 2) for k, v in marks.items()}
 
 
@@ -81,7 +82,7 @@ def test_deleting_an_experiment_mid_tier_removes_every_child_and_frees_its_gpus(
         cluster = Cluster(api)
         with ChildLedger(api, set(namespaces)) as ledger:
             for name, ns, _, spec in cases:
-                cluster.apply(experiment(name, ns, {"tiers": {"tensorParallel": [2, 4]}, **spec}))
+                cluster.create(experiment(name, ns, {"tiers": {"tensorParallel": [2, 4]}, **spec}))
             results = {}
             for name, ns, phase, _ in cases:
                 cluster.wait(ns, name, lambda s, p=phase: (tier(s, "tp2-pp1") or {}).get("phase") == p, 90, f"tp2 {phase}", interval=0.2)

@@ -31,7 +31,8 @@ from typing import Any
 
 import pytest
 from conftest import SESSION_PREFIX, OperatorProcess
-from fault_harness import ChildLedger, Cluster, FaultLog, experiment, is_finished, tier
+from experiment_api import Cluster, experiment, is_finished, tier
+from fault_harness import ChildLedger, FaultLog
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -105,11 +106,11 @@ def _cleanup(cluster: Cluster, namespace: str, operators: list[OperatorProcess])
 
 
 def _measured_events(cluster: Cluster, namespace: str, name: str) -> list[str]:
-    return [e["message"].split()[0] for e in cluster.events(namespace, name) if e["reason"] == "TierMeasured"]
+    return [e["message"].split()[0] for e in cluster.events(namespace, name, order="first") if e["reason"] == "TierMeasured"]
 
 
 def _no_event_twice(cluster: Cluster, namespace: str, name: str) -> None:
-    events = [(e["reason"], e["message"]) for e in cluster.events(namespace, name)]
+    events = [(e["reason"], e["message"]) for e in cluster.events(namespace, name, order="first")]
     twice = sorted({e for e in events if events.count(e) > 1})
     assert twice == [], f"events posted twice on {name}: {twice}"
 
@@ -125,7 +126,7 @@ def test_two_operators_started_at_once_drive_every_experiment_once(sandbox: Any,
             for op in ops:  # as a Deployment's two replicas start: at the same moment
                 op.start()
             for name in names:
-                cluster.apply(experiment(name, scope, spec))
+                cluster.create(experiment(name, scope, spec))
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and not all(is_finished(cluster.status(scope, n)) for n in names):
                 time.sleep(1)
@@ -170,7 +171,7 @@ def test_leader_sigkilled_mid_tier_the_standby_finishes_without_measuring_twice(
             _wait("the first operator to lead", lambda: _holder(cluster, lease) == _identity(first), 60)
             second.start()
             _wait("the second to say it stands by", lambda: "Standby: Lease" in second.logs(), 60)
-            cluster.apply(experiment(name, scope))
+            cluster.create(experiment(name, scope))
             seen = cluster.wait(scope, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120,
                                 "tp1 LoadTesting", interval=0.1)
             killed = time.monotonic()
@@ -211,7 +212,7 @@ def test_a_leader_that_sees_its_lease_taken_stops_at_once_and_writes_nothing_mor
         try:
             first.start()
             _wait("the first operator to lead", lambda: _holder(cluster, lease) == _identity(first), 60)
-            cluster.apply(experiment(name, scope))
+            cluster.create(experiment(name, scope))
             cluster.wait(scope, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting",
                          interval=0.1)
             # Someone else's record in the Lease, as after a takeover the old leader did not notice.
@@ -315,7 +316,7 @@ def test_rolling_update_of_the_charts_two_replicas_mid_experiment(sandbox: Any, 
         assert local_log.count("Standby: Lease") == 1 and f"Lease {system}/{lease} " in local_log, local_log[-2000:]
         assert f"held by {holder}" in local_log and "Leading" not in local_log
         with ChildLedger(cluster.api, {team}) as ledger:
-            cluster.apply(experiment(name, team))
+            cluster.create(experiment(name, team))
             cluster.wait(team, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting",
                          interval=0.1)
             rolled = time.monotonic()

@@ -14,10 +14,8 @@ import uuid
 from typing import Any
 
 import pytest
-from fault_harness import Cluster, condition, experiment
+from experiment_api import GROUP, PLURAL, VERSION, Cluster, condition, experiment
 from kubernetes import client, watch
-
-GROUP, VERSION, PLURAL = "kneepoint.io", "v1alpha1", "parallelismexperiments"
 
 
 def _first_status(api: client.ApiClient, body: dict[str, Any], timeout: int = 60) -> dict[str, Any]:
@@ -54,7 +52,7 @@ def test_missing_object_fails_in_the_first_pass(
         if secret is not None:
             client.CoreV1Api(api).create_namespaced_secret(namespace, {"metadata": {"name": "hf-token"}, "data": secret})
         status = _first_status(api, experiment(name, namespace, patch))
-        children = Cluster(api).children(namespace, name)
+        children = Cluster(api).workload_names(namespace, name)
     assert status["phase"] == "Failed", status
     failed = condition(status, "Failed")
     assert failed is not None and failed["reason"] == "MissingObject", status.get("conditions")

@@ -27,7 +27,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fault_harness import ChildLedger, Cluster, FaultLog, condition, experiment, tier
+from experiment_api import Cluster, condition, experiment, tier
+from fault_harness import ChildLedger, FaultLog
 
 GPU = "nvidia.com/gpu"
 
@@ -86,7 +87,7 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
 
     with ChildLedger(cluster.api, {namespace}) as ledger:
         operator.kill()  # applied while no operator runs; the kill below lands during planning
-        cluster.apply(experiment(name, namespace))
+        cluster.create(experiment(name, namespace))
         operator.start()
         cluster.wait(namespace, name, lambda s: condition(s, "Accepted") is not None, 60, "Accepted", interval=0.05)
         kill_and_restart("planning")
@@ -128,12 +129,12 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
     jobs = ledger.created("Job", namespace)
     assert sorted(jobs) == [f"{namespace}/{name}-tp1-pp1-load1", f"{namespace}/{name}-tp2-pp1-load1"], jobs
     assert ledger.duplicates(namespace=namespace) == {}
-    events = cluster.events(namespace, name)
+    events = cluster.events(namespace, name, order="first")
     measured = [e["message"].split()[0] for e in events if e["reason"] == "TierMeasured"]
     assert all(measured.count(t) <= 1 for t in ("TP1", "TP2")), measured
 
     # Nothing left behind.
-    left = cluster.children(namespace, name)
+    left = cluster.workload_names(namespace, name)
     assert left == {"deployments": [], "services": [], "jobs": [], "pods": []}, left
     assert cluster.gpus_held([namespace]) == {}
     assert operator.proc.poll() is None, "the operator must still run"
@@ -170,7 +171,7 @@ def test_killed_between_creating_the_engine_and_writing_status_under_scarcity(
         cluster.core.create_namespaced_pod(namespace, blocker(namespace, node))
     body = experiment(name, namespace, {"tiers": {"tensorParallel": [8]}})
     with ChildLedger(cluster.api, {namespace}) as ledger:
-        created = cluster.apply(body)
+        created = cluster.create(body)
         cluster.wait(namespace, name, lambda s: (tier(s, "tp8-pp1") or {}).get("phase") == "Waiting", 60, "tp8 Waiting")
         operator.kill()
         # What the operator does in the pass that ends the wait, up to the kill: h200-0 frees
@@ -211,7 +212,7 @@ def test_sigkill_storm_at_random_moments_through_a_three_tier_ladder(sandbox: An
     name = f"storm-{uuid.uuid4().hex[:5]}"
     kills: list[str] = []
     with ChildLedger(cluster.api, {namespace}) as ledger:
-        cluster.apply(experiment(name, namespace, {"tiers": {"tensorParallel": [1, 2, 4]}}))
+        cluster.create(experiment(name, namespace, {"tiers": {"tensorParallel": [1, 2, 4]}}))
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline:
             time.sleep(rng.uniform(8.0, 15.0))
@@ -229,7 +230,7 @@ def test_sigkill_storm_at_random_moments_through_a_three_tier_ladder(sandbox: An
         ("tp1-pp1", "Measured", 1), ("tp2-pp1", "Measured", 1), ("tp4-pp1", "Measured", 1)]
     assert ledger.duplicates(namespace=namespace) == {}
     assert sorted(ledger.created("Job", namespace)) == [f"{namespace}/{name}-tp{n}-pp1-load1" for n in (1, 2, 4)]
-    assert cluster.children(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
+    assert cluster.workload_names(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
     assert cluster.gpus_held([namespace]) == {}
     assert len(kills) >= 4, kills
     for seen in kills:

@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 from conftest import OperatorProcess
-from fault_harness import ChildLedger, Cluster, FaultLog, condition, experiment, tier
+from experiment_api import Cluster, condition, experiment, tier
+from fault_harness import ChildLedger, FaultLog
 
 from kneepoint.sandbox import controlplane
 
@@ -76,7 +77,7 @@ def test_api_server_restart_mid_experiment(sandbox: Any, operator: Any, namespac
     with sandbox.api_client() as api:
         cluster = Cluster(api)
         with ChildLedger(api, {namespace}) as ledger:
-            cluster.apply(experiment(name, namespace, {"load": {"numRequests": 120}}))
+            cluster.create(experiment(name, namespace, {"load": {"numRequests": 120}}))
             cluster.wait(namespace, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 90, "tp1 LoadTesting", interval=0.2)
             down_at = time.monotonic()
             _stop(sandbox, "kube-apiserver", restorer)
@@ -98,7 +99,7 @@ def test_api_server_restart_mid_experiment(sandbox: Any, operator: Any, namespac
     assert [(t["name"], t["phase"], t["attempts"]) for t in final["tiers"]] == [("tp1-pp1", "Measured", 1), ("tp2-pp1", "Measured", 1)]
     assert ledger.duplicates(namespace=namespace) == {}
     assert ledger.reconnects >= 1  # the ledger itself saw the API server go away
-    assert cluster.children(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
+    assert cluster.workload_names(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
     assert cluster.gpus_held([namespace]) == {}
     FaultLog().record("control-plane-restart", "kube-apiserver stopped ~10 s mid load test", True,
                       down_seconds=round(back_at - down_at, 1), apiserver_start_seconds=round(up_seconds, 1),
@@ -117,7 +118,7 @@ def test_prometheus_restart_while_a_tier_collects(sandbox: Any, restorer: list[s
     try:
         with sandbox.api_client() as api:
             cluster = Cluster(api)
-            cluster.apply(experiment(name, namespace, {"tiers": {"tensorParallel": [1]}}))
+            cluster.create(experiment(name, namespace, {"tiers": {"tensorParallel": [1]}}))
             cluster.wait(namespace, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "Collecting", 90, "tp1 Collecting", interval=0.1)
             _stop(sandbox, "prometheus", restorer)
             down_at = time.monotonic()

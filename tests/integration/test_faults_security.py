@@ -32,7 +32,8 @@ import psutil
 import pytest
 import yaml
 from conftest import OperatorProcess
-from fault_harness import Cluster, FaultLog, experiment, tier
+from experiment_api import Cluster, experiment, tier
+from fault_harness import FaultLog
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -148,9 +149,9 @@ def test_operator_with_only_its_service_account_runs_an_experiment_and_never_sho
                              extra_env={"KNEEPOINT_NAMESPACES": install.team, "KNEEPOINT_LEASE_NAMESPACE": install.system})
         op.start()
         try:
-            cluster.apply(experiment(stray, install.other, {"tiers": {"tensorParallel": [1]}}))
-            cluster.apply(experiment(name, install.team, {
-                "tiers": {"tensorParallel": [1]}, "model": {"hubTokenSecretRef": {"name": "hf-token", "key": "token"}}}))
+            cluster.create(experiment(stray, install.other, {"tiers": {"tensorParallel": [1]}}))
+            cluster.create(experiment(name, install.team, {
+                "tiers": {"tensorParallel": [1]}, "model": {"hubTokenSecretRef": {"name": "hf-token", "key": "token"}}}))  # fmt: skip
             # The engine gets the token by reference: find it in the engine process's environment.
             cluster.wait(install.team, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") in ("LoadTesting", "Collecting", "Measured"),
                          120, "the engine serving")

@@ -35,7 +35,8 @@ from typing import Any
 import pytest
 import yaml
 from conftest import OperatorProcess
-from fault_harness import ChildLedger, Cluster, FaultLog, condition, experiment, is_finished, session_namespace, tier
+from experiment_api import Cluster, condition, experiment, is_finished, tier
+from fault_harness import ChildLedger, FaultLog, session_namespace
 
 from kneepoint.sandbox import binaries
 
@@ -177,7 +178,7 @@ def batch(sandbox: Any, operator: Any, empty_prometheus: str, tmp_path_factory: 
             fast.start()
             ledger = ChildLedger(api, set(namespaces)).start()
             for case in cases.values():
-                cluster.apply(experiment(case.name, case.namespace, case.spec))
+                cluster.create(experiment(case.name, case.namespace, case.spec))
                 case.applied_at = time.time()
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and any(c.finished_at is None for c in cases.values()):
@@ -206,7 +207,7 @@ def _finished(case: Case) -> dict[str, Any]:
 
 
 def _events(batch: Batch, case: Case) -> list[dict[str, str]]:
-    return batch.cluster.events(case.namespace, case.name)
+    return batch.cluster.events(case.namespace, case.name, order="first")
 
 
 def _reasons(events: list[dict[str, str]]) -> list[str]:
@@ -214,7 +215,7 @@ def _reasons(events: list[dict[str, str]]) -> list[str]:
 
 
 def _nothing_left(batch: Batch, case: Case) -> None:
-    left = batch.cluster.children(case.namespace, case.name)
+    left = batch.cluster.workload_names(case.namespace, case.name)
     assert left == {"deployments": [], "services": [], "jobs": [], "pods": []}, (case.id, left)
     assert batch.cluster.gpus_held([case.namespace]) == {}, case.id
     assert batch.ledger.duplicates(namespace=case.namespace) == {}, case.id

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import SESSION_PREFIX
-from experiment_api import ChildPoller, Experiments, condition, example_spec, experiment, tier
+from experiment_api import ChildPoller, Cluster, condition, example_spec, experiment, tier
 
 # Loads small enough for seconds per tier, long enough (several seconds of load test) that
 # Prometheus, scraping every 2 s in the sandbox, holds two samples of every counter.
@@ -42,9 +42,9 @@ CONDITIONS = ("Accepted", "Planned", "Profiling", "Decided", "Failed")
 
 
 @pytest.fixture
-def exps(sandbox: Any, operator: Any) -> Iterator[Experiments]:
+def exps(sandbox: Any, operator: Any) -> Iterator[Cluster]:
     with sandbox.api_client() as api:
-        yield Experiments(api)
+        yield Cluster(api)
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Started:
     """Experiments started together in one namespace; each test waits for its own."""
 
     namespace: str
-    exps: Experiments
+    exps: Cluster
     poller: ChildPoller
     specs: dict[str, dict[str, Any]]
 
@@ -67,12 +67,12 @@ def large_and_pcie(sandbox: Any, operator: Any) -> Iterator[Started]:
         "qwen-14b-l40s": example_spec("pcie-fleet.yaml", load=SMALL_PCIE_LOAD),
     }
     with sandbox.api_client() as api:
-        exps = Experiments(api)
+        exps = Cluster(api)
         exps.core.create_namespaced_secret(namespace, {"metadata": {"name": "hf-token"}, "stringData": {"token": "not-a-real-token"}})
         try:
             with ChildPoller(exps, [(namespace, n) for n in specs]) as poller:
                 for name, spec in specs.items():
-                    exps.create(experiment(name, namespace, spec))
+                    exps.create(experiment(name, namespace, base=spec))
                 yield Started(namespace, exps, poller, specs)
         finally:
             sandbox.kubectl("delete", "parallelismexperiments.kneepoint.io", "--all", "-n", namespace, "--timeout=30s", check=False)
@@ -136,7 +136,7 @@ def check_children_owned(poller: ChildPoller, namespace: str, name: str, uid: st
         assert labels["app.kubernetes.io/managed-by"] == "kneepoint"
 
 
-def check_recommendation(exps: Experiments, namespace: str, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+def check_recommendation(exps: Cluster, namespace: str, name: str, obj: dict[str, Any]) -> dict[str, Any]:
     """The ConfigMap status names: an InferenceService with the decided tier and autoscaling bounds."""
     status, spec = obj["status"], obj["spec"]
     decision, rec = status["decision"], status["recommendation"]
@@ -198,11 +198,11 @@ def check_step_rule(status: dict[str, Any], rules: dict[str, Any]) -> None:
     assert f"stay at TP{decision['tensorParallel']}" in decision["reason"]
 
 
-def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Experiments, namespace: str) -> None:
+def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Cluster, namespace: str) -> None:
     name = "llama-8b"
     spec = example_spec("experiment.yaml", load=SMALL_8B_LOAD)
     with ChildPoller(exps, [(namespace, name)]) as poller:
-        uid = exps.create(experiment(name, namespace, spec))["metadata"]["uid"]
+        uid = exps.create(experiment(name, namespace, base=spec))["metadata"]["uid"]
         exps.wait_finished(namespace, name, 150)
     obj = exps.get(namespace, name)
     status = obj["status"]
@@ -246,13 +246,13 @@ def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Experime
     assert exps.child_names(namespace, name) == {"configmaps": [status["recommendation"]["configMapName"]]}
 
 
-def test_8b_placed_by_node_selector_alone_decides_as_by_gpu_product(sandbox: Any, exps: Experiments, namespace: str) -> None:
+def test_8b_placed_by_node_selector_alone_decides_as_by_gpu_product(sandbox: Any, exps: Cluster, namespace: str) -> None:
     """No placement.gpuProduct: the GPU type comes from the node the tier was placed on, recorded in its status, so the
     pass that reads Prometheus still computes the needed memory and the memory rule decides, as with gpuProduct."""
     name = "llama-8b-by-selector"
     spec = example_spec("experiment.yaml", load=SMALL_8B_LOAD)
     spec["placement"] = {"nodeSelector": {"kneepoint.io/gpu-product": "NVIDIA-H200"}}
-    exps.create(experiment(name, namespace, spec))
+    exps.create(experiment(name, namespace, base=spec))
     exps.wait_finished(namespace, name, 150)
     status = exps.get(namespace, name)["status"]
     assert status["phase"] == "Decided", status.get("message")
@@ -329,7 +329,7 @@ def test_14b_on_pcie_l40s_keeps_tp1_when_tp2_loses_to_communication(large_and_pc
     check_gpu_minutes(status)
 
 
-def test_70b_at_tp1_refused_like_real_vllm_is_does_not_fit_with_vllms_line(sandbox: Any, exps: Experiments, namespace: str) -> None:
+def test_70b_at_tp1_refused_like_real_vllm_is_does_not_fit_with_vllms_line(sandbox: Any, exps: Cluster, namespace: str) -> None:
     # The plan's budget (0.99) lets TP1 through; the engine runs under 0.90, as the real capture
     # (tests/data/vllm/70b-tp1-does-not-fit.log) did: the simulator fails as vLLM does, its root
     # cause in the EngineCore's lines, the termination message only the API server's traceback.
@@ -343,7 +343,7 @@ def test_70b_at_tp1_refused_like_real_vllm_is_does_not_fit_with_vllms_line(sandb
         "placement": {"gpuProduct": "NVIDIA-H200"},
     }
     with ChildPoller(exps, [(namespace, name)]) as poller:
-        exps.create(experiment(name, namespace, spec))
+        exps.create(experiment(name, namespace, base=spec))
         exps.wait_finished(namespace, name, 120)
         assert poller.tiers_deployed(namespace, name) == {"tp1-pp1"}
     status = exps.get(namespace, name)["status"]
@@ -355,7 +355,7 @@ def test_70b_at_tp1_refused_like_real_vllm_is_does_not_fit_with_vllms_line(sandb
     assert Counter(exps.reasons(namespace, name))["TierOutOfMemory"] == 1
 
 
-def test_simulate_mode_uses_no_gpu_and_marks_everything_simulated(sandbox: Any, exps: Experiments, namespace: str) -> None:
+def test_simulate_mode_uses_no_gpu_and_marks_everything_simulated(sandbox: Any, exps: Cluster, namespace: str) -> None:
     # memoryHeadroom low enough that TP=2 is simulated too. The L40S one checks that a
     # CPU-only engine simulates its product's own link (PCIe) wherever it is scheduled: the
     # sandbox's H200 nodes say NVLink, which the simulator refuses for an L40S.
@@ -369,7 +369,7 @@ def test_simulate_mode_uses_no_gpu_and_marks_everything_simulated(sandbox: Any, 
     }
     with ChildPoller(exps, [(namespace, n) for n in specs]) as poller:
         for name, spec in specs.items():
-            exps.create(experiment(name, namespace, spec))
+            exps.create(experiment(name, namespace, base=spec))
         for name in specs:
             exps.wait_finished(namespace, name, 180)
     for name in specs:
@@ -387,14 +387,14 @@ def test_simulate_mode_uses_no_gpu_and_marks_everything_simulated(sandbox: Any, 
         assert printer_row(sandbox, namespace, name, wide=True)["MODE"] == "Simulate"
 
 
-def test_budget_stops_the_ladder_before_a_tier_that_would_pass_the_cap(exps: Experiments, namespace: str) -> None:
+def test_budget_stops_the_ladder_before_a_tier_that_would_pass_the_cap(exps: Cluster, namespace: str) -> None:
     name = "llama-8b-budget"
     # 0.005 GPU-hours = 0.3 GPU-minutes: TP=1 may start (nothing spent, nothing to predict
     # from); TP=2 would cost twice TP=1's wall time, which is more than the rest.
     spec = example_spec(
         "experiment.yaml", load=SMALL_8B_LOAD, tiers={"tensorParallel": [1, 2, 4]}, stopRules={"memoryHeadroom": 0.05}, budget={"maxGpuHours": 0.005}
     )
-    exps.create(experiment(name, namespace, spec))
+    exps.create(experiment(name, namespace, base=spec))
     status = exps.wait_finished(namespace, name, 150)
     assert status["phase"] == "Decided", status.get("message")
     assert (status["decidedTier"], status["decision"]["rule"]) == ("TP1", "budget")

@@ -26,16 +26,16 @@ from typing import Any
 import pytest
 import yaml
 from conftest import OperatorProcess
-from experiment_api import ChildPoller, Experiments, condition, example_spec, experiment, tier
+from experiment_api import ChildPoller, Cluster, condition, example_spec, experiment, tier
 
 SMALL_8B_LOAD = {"concurrency": 16, "numRequests": 64, "inputLen": 512, "outputLen": 128, "repeats": 1, "warmupRequests": 2}
 SMALL_70B_LOAD = {"concurrency": 32, "numRequests": 64, "inputLen": 512, "outputLen": 128, "repeats": 1, "warmupRequests": 4}
 
 
 @pytest.fixture
-def exps(sandbox: Any, operator: Any) -> Iterator[Experiments]:
+def exps(sandbox: Any, operator: Any) -> Iterator[Cluster]:
     with sandbox.api_client() as api:
-        yield Experiments(api)
+        yield Cluster(api)
 
 
 @pytest.fixture
@@ -56,11 +56,11 @@ def own_operator(sandbox: Any, tmp_path: Path) -> Iterator[tuple[OperatorProcess
         sandbox.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def _hf_secret(exps: Experiments, namespace: str) -> None:
+def _hf_secret(exps: Cluster, namespace: str) -> None:
     exps.core.create_namespaced_secret(namespace, {"metadata": {"name": "hf-token"}, "stringData": {"token": "not-a-real-token"}})
 
 
-def _per_tier(exps: Experiments, namespace: str, name: str, reason: str) -> Counter[str]:
+def _per_tier(exps: Cluster, namespace: str, name: str, reason: str) -> Counter[str]:
     """How many events of ``reason`` name each tier (messages start with or contain the tier label)."""
     counts: Counter[str] = Counter()
     for e in exps.events(namespace, name):
@@ -80,7 +80,7 @@ def _outcome(status: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def test_operator_killed_while_load_testing_resumes_without_measuring_twice(
-    exps: Experiments, namespace: str, own_operator: tuple[OperatorProcess, str]
+    exps: Cluster, namespace: str, own_operator: tuple[OperatorProcess, str]
 ) -> None:
     op, killed_ns = own_operator
     name = "llama-70b"
@@ -88,8 +88,8 @@ def test_operator_killed_while_load_testing_resumes_without_measuring_twice(
     for ns in (namespace, killed_ns):
         _hf_secret(exps, ns)
     with ChildPoller(exps, [(killed_ns, name)], interval=0.2) as poller:
-        exps.create(experiment(name, namespace, spec))  # the reference: the session's operator, never interrupted
-        exps.create(experiment(name, killed_ns, spec))
+        exps.create(experiment(name, namespace, base=spec))  # the reference: the session's operator, never interrupted
+        exps.create(experiment(name, killed_ns, base=spec))
         # Kill during the second measured tier's load test, so one tier is already in status.
         at_kill = exps.wait_tier_phase(killed_ns, name, "tp4-pp1", "LoadTesting", 180)
         op.kill()
@@ -127,11 +127,11 @@ def test_operator_killed_while_load_testing_resumes_without_measuring_twice(
     assert "Operator started" in op.logs() and op.starts == 2
 
 
-def test_deleting_the_experiment_mid_tier_leaves_no_child_and_frees_the_gpus(exps: Experiments, namespace: str) -> None:
+def test_deleting_the_experiment_mid_tier_leaves_no_child_and_frees_the_gpus(exps: Cluster, namespace: str) -> None:
     name = "llama-70b-deleted"
     spec = example_spec("large-model.yaml", load=SMALL_70B_LOAD)
     _hf_secret(exps, namespace)
-    exps.create(experiment(name, namespace, spec))
+    exps.create(experiment(name, namespace, base=spec))
     exps.wait_tier_phase(namespace, name, "tp2-pp1", "LoadTesting", 120)
     held = exps.gpu_pods(namespace)
     assert held, "the engine holds GPUs while it is load-tested"
@@ -157,7 +157,7 @@ def test_deleting_the_experiment_mid_tier_leaves_no_child_and_frees_the_gpus(exp
     assert exps.child_names(namespace, name) == {} and exps.gpu_pods(namespace) == []
 
 
-def _emptiest_h200(exps: Experiments, timeout: float = 120) -> str:
+def _emptiest_h200(exps: Cluster, timeout: float = 120) -> str:
     """An H200 node with all 8 GPUs free (waits for one while other work holds GPUs)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -168,7 +168,7 @@ def _emptiest_h200(exps: Experiments, timeout: float = 120) -> str:
         time.sleep(2)
 
 
-def test_two_experiments_on_one_node_never_overcommit_and_both_finish(exps: Experiments, namespace: str) -> None:
+def test_two_experiments_on_one_node_never_overcommit_and_both_finish(exps: Cluster, namespace: str) -> None:
     node = _emptiest_h200(exps)
     # Both ladders run TP=4 then TP=8 on the same 8-GPU node: the two TP=4 tiers fit side by
     # side, each TP=8 tier needs the whole node, so one of them must wait for the other.
@@ -181,7 +181,7 @@ def test_two_experiments_on_one_node_never_overcommit_and_both_finish(exps: Expe
     names = ("first", "second")
     with ChildPoller(exps, [(namespace, n) for n in names], interval=0.2) as poller:
         for n in names:
-            exps.create(experiment(n, namespace, spec))
+            exps.create(experiment(n, namespace, base=spec))
         finals = {n: exps.wait_finished(namespace, n, 300) for n in names}
     assert [finals[n]["phase"] for n in names] == ["Decided", "Decided"], [finals[n].get("message") for n in names]
     assert all(tier(finals[n], "tp8-pp1")["phase"] == "Measured" for n in names)
@@ -198,11 +198,11 @@ def test_two_experiments_on_one_node_never_overcommit_and_both_finish(exps: Expe
     assert all(not finals[n].get("waitingFor") and finals[n].get("queuePosition") is None for n in names)
 
 
-def test_spec_change_restarts_or_re_decides(exps: Experiments, namespace: str) -> None:
+def test_spec_change_restarts_or_re_decides(exps: Cluster, namespace: str) -> None:
     name = "llama-8b-changed"
     # One tier, and memoryHeadroom 0.05 so that the memory rule does not fire: decided by only-tier.
     spec = example_spec("experiment.yaml", load=SMALL_8B_LOAD, tiers={"tensorParallel": [1]}, stopRules={"memoryHeadroom": 0.05})
-    exps.create(experiment(name, namespace, spec))
+    exps.create(experiment(name, namespace, base=spec))
     before = exps.wait_tier_phase(namespace, name, "tp1-pp1", "LoadTesting", 120)
 
     # A measurement-defining field changes mid-tier: children deleted, measurements discarded, ladder restarted.

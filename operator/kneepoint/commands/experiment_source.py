@@ -31,9 +31,8 @@ from kneepoint.core.spec import ExperimentSpec, ModelSpec, SpecError, parse_spec
 from kneepoint.core.rule_names import RULES
 from kneepoint.core.status import TIER_MEASURED, TIER_PENDING, TIER_PHASES, Decision, Recommendation, TierResult
 from kneepoint.core.tiers import Tier, build_ladder, parse_tier_name
+from kneepoint.kube.naming import API_VERSION, GROUP, KIND
 
-KIND = "ParallelismExperiment"
-API_GROUP = "kneepoint.io/"
 # decide needs no model, but parse_spec requires one: a spec without spec.model gets this.
 PLACEHOLDER_MODEL_URI = "hf://unspecified/model"
 
@@ -237,8 +236,8 @@ def _split_document(doc: Any, where: str, require_tiers: bool) -> tuple[Any, dic
     if kind is not None and kind != KIND:
         raise InputError(f"{where}: kind: expected {KIND}, got {kind!r}")
     api_version = doc.get("apiVersion")
-    if api_version is not None and not str(api_version).startswith(API_GROUP):
-        raise InputError(f"{where}: apiVersion: expected {API_GROUP}v1alpha1, got {api_version!r}")
+    if api_version is not None and not str(api_version).startswith(f"{GROUP}/"):
+        raise InputError(f"{where}: apiVersion: expected {API_VERSION}, got {api_version!r}")
     metadata = doc.get("metadata")
     metadata = dict(metadata) if isinstance(metadata, Mapping) else {}
     status = doc.get("status")

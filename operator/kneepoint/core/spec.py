@@ -16,6 +16,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from kneepoint.core import node_labels
 from kneepoint.core.apifields import api_field, json_name, type_hints, unwrap_optional
 
 DTYPES = ("bfloat16", "float16", "float32", "fp8", "int8", "int4")
@@ -321,7 +322,7 @@ class PlacementSpec:
     """Where engine pods may run."""
 
     gpu_resource: str = api_field(
-        "Extended resource that counts GPUs.", default="nvidia.com/gpu", pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$"
+        "Extended resource that counts GPUs.", default=node_labels.GPU_RESOURCE, pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$"
     )
     gpu_product: str | None = api_field(
         "GPU product (GFD label nvidia.com/gpu.product, for example NVIDIA-H200): selects nodes and the GPU for the memory estimate. "
@@ -330,7 +331,7 @@ class PlacementSpec:
     )
     nvlink_domain_label: str = api_field(
         "Node label whose value names the NVLink domain; a tier's TP group is kept on nodes sharing one value.",
-        default="kneepoint.io/nvlink-domain",
+        default=node_labels.NODE_NVLINK_DOMAIN,
     )
     node_selector: dict[str, str] = api_field("Extra node selector for engine pods.", default_factory=dict)
     tolerations: tuple[Toleration, ...] = api_field("Tolerations for engine pods.", default=())
@@ -472,10 +473,6 @@ class SpecError(ValueError):
     def __init__(self, errors: list[FieldError]):
         self.errors = errors
         super().__init__("; ".join(str(e) for e in errors))
-
-
-def _type_name(tp: Any) -> str:
-    return {int: "integer", float: "number", str: "string", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
 
 
 def _check_scalar(value: Any, tp: Any, path: str, meta: Mapping[str, Any], errors: list[FieldError]) -> Any:

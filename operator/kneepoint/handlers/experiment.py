@@ -41,9 +41,9 @@ def _api_client(pool_size: int) -> client.ApiClient:
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Our own progress lives in status; kopf's bookkeeping goes to annotations under our prefix.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kneepoint.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="kneepoint.io", key="last-handled-configuration")
-    settings.persistence.finalizer = "kneepoint.io/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=naming.GROUP, key="last-handled-configuration")
+    settings.persistence.finalizer = f"{naming.GROUP}/finalizer"
     # We post our own, specific events; kopf's generic "Handler succeeded" ones are noise.
     settings.posting.enabled = False
     settings.watching.server_timeout = 300

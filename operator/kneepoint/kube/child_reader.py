@@ -1,8 +1,8 @@
 """Reads the experiment's children, nodes and ConfigMaps from the API (the only reader).
 
 Calls the synchronous Kubernetes client in worker threads and returns plain dicts exactly as
-the API serves them (``_preload_content=False``), so the pure functions in ``pod_status``
-see the same shapes in tests and in production.
+the API serves them (``_preload_content=False``), so the pure functions in ``pod_status``,
+``fleet`` and ``load_test_result`` see the same shapes in tests and in production.
 """
 
 from __future__ import annotations
@@ -135,18 +135,3 @@ class ChildReader:
         return await self._call(
             self.custom.get_namespaced_custom_object, naming.GROUP, naming.VERSION, namespace, naming.PLURAL, name
         )
-
-    async def children_names(self, experiment: str, namespace: str) -> dict[str, list[str]]:
-        """Names of every child kind by label, for cleanup and leak checks."""
-        selector = f"{naming.LABEL_EXPERIMENT}={naming.experiment_label_value(experiment)}"
-        out: dict[str, list[str]] = {}
-        for kind, fn in (
-            ("deployments", self.apps.list_namespaced_deployment),
-            ("services", self.core.list_namespaced_service),
-            ("jobs", self.batch.list_namespaced_job),
-            ("configmaps", self.core.list_namespaced_config_map),
-        ):
-            data = await self._call(fn, namespace, label_selector=selector)
-            out[kind] = [i["metadata"]["name"] for i in (data or {}).get("items", [])]
-        out["leaderworkersets"] = await self.lws.names(namespace, selector)
-        return out

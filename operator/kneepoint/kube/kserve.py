@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from kneepoint.core import node_labels
 from kneepoint.core.apifields import to_json
 from kneepoint.core.architectures import ModelArchitecture
 from kneepoint.core.memory_estimate import weight_bytes_per_gpu
@@ -251,7 +252,7 @@ def build_inference_service(
         predictor["serviceAccountName"] = kserve.service_account_name
     selector = dict(spec.placement.node_selector)
     if spec.placement.gpu_product:
-        selector.setdefault(naming.NODE_GPU_PRODUCT, spec.placement.gpu_product)
+        selector.setdefault(node_labels.NODE_GPU_PRODUCT, spec.placement.gpu_product)
     if selector:
         predictor["nodeSelector"] = selector
     annotations[PER_REPLICA_CONCURRENCY] = str(target)

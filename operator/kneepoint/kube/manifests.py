@@ -17,8 +17,8 @@ from typing import Any
 from kneepoint.core.apifields import to_json
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.memory_estimate import weight_bytes_per_gpu
+from kneepoint.core import node_labels
 from kneepoint.core.spec import ExperimentSpec
-from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import naming
 
@@ -259,7 +259,7 @@ def _node_affinity(tier: Tier, ctx: BuildContext, preferred_node: str | None) ->
     if ctx.require_nvlink and tier.tensor_parallel > 1:
         # The TP group must sit inside one NVLink domain at least TP GPUs large.
         required.append(
-            {"key": naming.NODE_NVLINK_DOMAIN_SIZE, "operator": "Gt", "values": [str(tier.tensor_parallel - 1)]}
+            {"key": node_labels.NODE_NVLINK_DOMAIN_SIZE, "operator": "Gt", "values": [str(tier.tensor_parallel - 1)]}
         )
     affinity: dict[str, Any] = {}
     if required:
@@ -402,7 +402,7 @@ def build_engine_deployment(
         if ctx.gpu_product_label:
             selector.setdefault(*ctx.gpu_product_label)
         elif ctx.gpu_product:
-            selector.setdefault(naming.NODE_GPU_PRODUCT, ctx.gpu_product)
+            selector.setdefault(node_labels.NODE_GPU_PRODUCT, ctx.gpu_product)
         if selector:
             pod_spec["nodeSelector"] = selector
         affinity = _node_affinity(tier, ctx, preferred_node)
@@ -666,5 +666,3 @@ def build_load_test_job(spec: ExperimentSpec, owner: Owner, tier: Tier, attempt:
     }
 
 
-def max_replicas(decision: Decision) -> int:
-    return max(1, math.ceil(decision.replicas))

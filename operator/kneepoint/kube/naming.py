@@ -46,14 +46,7 @@ LABEL_GROUP_ROLE = "kneepoint.io/group-role"
 GROUP_LEADER = "leader"
 GROUP_WORKER = "worker"
 
-# Node labels (CONTRACTS D): GFD's and the node probe's.
-NODE_GPU_PRODUCT = "nvidia.com/gpu.product"
-NODE_GPU_COUNT = "nvidia.com/gpu.count"
-NODE_GPU_MEMORY = "nvidia.com/gpu.memory"
-NODE_NVLINK_DOMAIN = "kneepoint.io/nvlink-domain"
-NODE_NVLINK_DOMAIN_SIZE = "kneepoint.io/nvlink-domain-size"
-NODE_INTERCONNECT = "kneepoint.io/interconnect"
-NODE_PROBE_GPU_PRODUCT = "kneepoint.io/gpu-product"
+# Node label keys live in kneepoint.core.node_labels (the probe and the sandbox use them too).
 
 _MAX_LABEL = 63
 

@@ -28,17 +28,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kneepoint.core import node_labels as keys
 from kneepoint.nodeprobe.topology import Topology
 
-LABEL_PREFIX = "kneepoint.io/"
-LABEL_GPU_PRODUCT = "kneepoint.io/gpu-product"
-LABEL_GPU_COUNT = "kneepoint.io/gpu-count"
-LABEL_GPU_MEMORY_MIB = "kneepoint.io/gpu-memory-mib"
-LABEL_NVLINK_DOMAIN = "kneepoint.io/nvlink-domain"
-LABEL_NVLINK_DOMAIN_SIZE = "kneepoint.io/nvlink-domain-size"
-LABEL_NVLINK_DOMAINS = "kneepoint.io/nvlink-domains"
-LABEL_INTERCONNECT = "kneepoint.io/interconnect"
-ANNOTATION_GPU_TOPOLOGY = "kneepoint.io/gpu-topology"
+# The keys are defined in kneepoint.core.node_labels (the operator and the sandbox read them).
+LABEL_GPU_PRODUCT = keys.NODE_PROBE_GPU_PRODUCT
+LABEL_GPU_COUNT = keys.NODE_PROBE_GPU_COUNT
+LABEL_GPU_MEMORY_MIB = keys.NODE_PROBE_GPU_MEMORY_MIB
+LABEL_NVLINK_DOMAIN = keys.NODE_NVLINK_DOMAIN
+LABEL_NVLINK_DOMAIN_SIZE = keys.NODE_NVLINK_DOMAIN_SIZE
+LABEL_NVLINK_DOMAINS = keys.NODE_NVLINK_DOMAINS
+LABEL_INTERCONNECT = keys.NODE_INTERCONNECT
+ANNOTATION_GPU_TOPOLOGY = keys.NODE_GPU_TOPOLOGY_ANNOTATION
 
 # Every label key the probe owns: the writer removes any of these it did not just compute.
 PROBE_LABEL_KEYS: tuple[str, ...] = (

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from kneepoint.core import node_labels
 from kneepoint.sandbox import binaries, fleet, flags, layout, lws_component, lws_config, pins, pki, processes, promconfig
 from kneepoint.sandbox.layout import HOST, Ports, StatePaths
 
@@ -416,7 +417,7 @@ def _sync_nodes(sandbox: Sandbox, groups: list[fleet.NodeGroup], say: Say) -> No
             want_labels = node["metadata"]["labels"]
             stale = {
                 key: None for key in labels
-                if key.startswith(("nvidia.com/", "kneepoint.io/")) and key not in want_labels
+                if key.startswith((node_labels.GFD_PREFIX, node_labels.PROBE_PREFIX)) and key not in want_labels
             }
             if any(labels.get(k) != v for k, v in want_labels.items()) or stale:
                 core.patch_node(name, {"metadata": {"labels": {**want_labels, **stale}}})

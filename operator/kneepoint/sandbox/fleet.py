@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kneepoint.core import node_labels as keys
+
 FLEET_KIND = "SandboxFleet"
 INTERCONNECTS = ("nvlink", "pcie", "mixed")
 # Marks the nodes the sandbox owns, so a changed fleet file removes nodes no longer listed.
@@ -192,22 +194,22 @@ def node_labels(group: NodeGroup, node_name: str) -> dict[str, str]:
         domains = -(-group.gpu_count // group.nvlink_domain_size)  # a smaller last group counts too
         labels.update(
             {
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": group.gpu_product,
-                "nvidia.com/gpu.count": str(group.gpu_count),
-                "nvidia.com/gpu.memory": str(group.gpu_memory_mib),
-                "kneepoint.io/gpu-product": group.gpu_product,
-                "kneepoint.io/gpu-count": str(group.gpu_count),
-                "kneepoint.io/gpu-memory-mib": str(group.gpu_memory_mib),
-                "kneepoint.io/interconnect": group.interconnect,
+                keys.NODE_GPU_PRESENT: "true",
+                keys.NODE_GPU_PRODUCT: group.gpu_product,
+                keys.NODE_GPU_COUNT: str(group.gpu_count),
+                keys.NODE_GPU_MEMORY: str(group.gpu_memory_mib),
+                keys.NODE_PROBE_GPU_PRODUCT: group.gpu_product,
+                keys.NODE_PROBE_GPU_COUNT: str(group.gpu_count),
+                keys.NODE_PROBE_GPU_MEMORY_MIB: str(group.gpu_memory_mib),
+                keys.NODE_INTERCONNECT: group.interconnect,
                 # The largest all-NVLink group is the first one; the id is unique in the cluster.
-                "kneepoint.io/nvlink-domain": f"{node_name}-nvl0",
-                "kneepoint.io/nvlink-domain-size": str(group.nvlink_domain_size),
-                "kneepoint.io/nvlink-domains": str(domains),
+                keys.NODE_NVLINK_DOMAIN: f"{node_name}-nvl0",
+                keys.NODE_NVLINK_DOMAIN_SIZE: str(group.nvlink_domain_size),
+                keys.NODE_NVLINK_DOMAINS: str(domains),
             }
         )
     if group.inter_node_gbps is not None:
-        labels["kneepoint.io/inter-node-gbps"] = _number(group.inter_node_gbps)
+        labels[keys.NODE_INTER_NODE_GBPS] = _number(group.inter_node_gbps)
     labels.update(group.labels)
     return labels
 
@@ -222,7 +224,7 @@ def node_objects(groups: list[NodeGroup]) -> list[dict[str, Any]]:
     for group in groups:
         resources = {"cpu": group.cpu, "memory": group.memory, "ephemeral-storage": group.ephemeral_storage, "pods": str(group.pods)}
         if group.gpu_count:
-            resources["nvidia.com/gpu"] = str(group.gpu_count)
+            resources[keys.GPU_RESOURCE] = str(group.gpu_count)
         for name in group.node_names():
             nodes.append(
                 {

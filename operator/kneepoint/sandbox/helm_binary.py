@@ -19,15 +19,6 @@ from pathlib import Path
 from kneepoint.sandbox import binaries, pins
 
 
-def find_helm(env: Mapping[str, str] | None = None) -> Path | None:
-    """Path of the pinned helm if it is already in the cache, else None (builds nothing)."""
-    env = dict(os.environ if env is None else env)
-    build = pins.helm_build()
-    if binaries.missing_binaries(build, env):
-        return None
-    return binaries.bin_dir(build, env) / "helm"
-
-
 def ensure_helm(env: Mapping[str, str] | None = None, say: binaries.Say = binaries.say_flush) -> Path:
     """Build the pinned helm if missing (minutes, once) and return its path.
 

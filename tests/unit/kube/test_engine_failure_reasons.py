@@ -15,7 +15,7 @@ from typing import Any
 from kneepoint.core.observations import START_CRASH_LOOP, START_OUT_OF_MEMORY
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.tiers import Tier
-from kneepoint.kube import manifests, pod_status
+from kneepoint.kube import fleet, manifests, pod_status
 
 OWNER = manifests.Owner("llama8b", "team-a", "uid-1")
 CTX = manifests.BuildContext(architecture_json="llama-3-8b", gpu_product="NVIDIA-H200")
@@ -73,22 +73,22 @@ FLEET = [_node("h200-0"), _node("h200-1", zone="b"), _node("l40s-0", "NVIDIA-L40
 
 
 def test_placement_that_fits_a_node_is_no_problem() -> None:
-    assert pod_status.placement_problem(FLEET, "nvidia.com/gpu", "NVIDIA-H200", {}) is None
-    assert pod_status.placement_problem(FLEET, "nvidia.com/gpu", None, {"zone": "b"}) is None
+    assert fleet.placement_problem(FLEET, "nvidia.com/gpu", "NVIDIA-H200", {}) is None
+    assert fleet.placement_problem(FLEET, "nvidia.com/gpu", None, {"zone": "b"}) is None
 
 
 def test_gpu_resource_no_node_offers_names_the_field_and_what_nodes_offer() -> None:
-    message = pod_status.placement_problem(FLEET, "example.com/gpu", "NVIDIA-H200", {})
+    message = fleet.placement_problem(FLEET, "example.com/gpu", "NVIDIA-H200", {})
     assert message == "spec.placement.gpuResource: no Ready node offers example.com/gpu (extended resources on the nodes: nvidia.com/gpu)"
 
 
 def test_node_selector_matching_nothing_names_the_field() -> None:
-    message = pod_status.placement_problem(FLEET, "nvidia.com/gpu", "NVIDIA-H200", {"zone": "z"})
+    message = fleet.placement_problem(FLEET, "nvidia.com/gpu", "NVIDIA-H200", {"zone": "z"})
     assert message and message.startswith("spec.placement.nodeSelector: zone=z matches none of the 3 node(s)")
 
 
 def test_gpu_product_not_in_the_fleet_names_the_field_and_the_products_there() -> None:
-    message = pod_status.placement_problem(FLEET, "nvidia.com/gpu", "NVIDIA-A100-SXM4-80GB", {})
+    message = fleet.placement_problem(FLEET, "nvidia.com/gpu", "NVIDIA-A100-SXM4-80GB", {})
     assert message == (
         "spec.placement.gpuProduct: no node offering nvidia.com/gpu is labelled NVIDIA-A100-SXM4-80GB "
         "(products in the fleet: NVIDIA-H200, NVIDIA-L40S)"
@@ -100,4 +100,4 @@ def test_not_ready_and_cordoned_nodes_do_not_count() -> None:
     down["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     cordoned = _node("h200-8")
     cordoned["spec"]["unschedulable"] = True
-    assert pod_status.placement_problem([down, cordoned], "nvidia.com/gpu", None, {}) == "spec.placement.gpuResource: no Ready node offers nvidia.com/gpu"
+    assert fleet.placement_problem([down, cordoned], "nvidia.com/gpu", None, {}) == "spec.placement.gpuResource: no Ready node offers nvidia.com/gpu"

@@ -4,9 +4,10 @@ import dataclasses
 
 import pytest
 
+from kneepoint.core import node_labels
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.tiers import Tier
-from kneepoint.kube import manifests, naming, pod_status
+from kneepoint.kube import fleet, manifests, naming
 
 OWNER = manifests.Owner("llama8b", "team-a", "uid-1")
 SPEC = parse_spec({"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct"}, "placement": {"gpuProduct": "NVIDIA-H200"}})
@@ -19,41 +20,41 @@ def node(name, labels, gpus=8):
     }
 
 
-GFD = node("gfd", {naming.NODE_GPU_PRODUCT: "NVIDIA-H200"})
-SHARED = node("shared", {naming.NODE_GPU_PRODUCT: "NVIDIA-H200-SHARED"})
-PROBE_ONLY = node("probed", {naming.NODE_PROBE_GPU_PRODUCT: "NVIDIA-H200"})
-OTHER = node("l40s", {naming.NODE_GPU_PRODUCT: "NVIDIA-L40S"})
+GFD = node("gfd", {node_labels.NODE_GPU_PRODUCT: "NVIDIA-H200"})
+SHARED = node("shared", {node_labels.NODE_GPU_PRODUCT: "NVIDIA-H200-SHARED"})
+PROBE_ONLY = node("probed", {node_labels.NODE_PROBE_GPU_PRODUCT: "NVIDIA-H200"})
+OTHER = node("l40s", {node_labels.NODE_GPU_PRODUCT: "NVIDIA-L40S"})
 
 
 @pytest.mark.parametrize(
     ("n", "expected"),
     [
-        (GFD, (naming.NODE_GPU_PRODUCT, "NVIDIA-H200")),
-        (SHARED, (naming.NODE_GPU_PRODUCT, "NVIDIA-H200-SHARED")),
-        (PROBE_ONLY, (naming.NODE_PROBE_GPU_PRODUCT, "NVIDIA-H200")),
+        (GFD, (node_labels.NODE_GPU_PRODUCT, "NVIDIA-H200")),
+        (SHARED, (node_labels.NODE_GPU_PRODUCT, "NVIDIA-H200-SHARED")),
+        (PROBE_ONLY, (node_labels.NODE_PROBE_GPU_PRODUCT, "NVIDIA-H200")),
         (OTHER, None),
     ],
     ids=["gfd", "time-sliced", "probe-only", "other-product"],
 )
 def test_the_label_a_node_matched_by(n, expected):
-    assert pod_status.product_selector(n["metadata"]["labels"], "NVIDIA-H200") == expected
+    assert fleet.product_selector(n["metadata"]["labels"], "NVIDIA-H200") == expected
 
 
 def test_fleet_view_counts_time_sliced_and_probe_only_nodes_as_the_product():
-    view = pod_status.fleet_view([GFD, SHARED, PROBE_ONLY, OTHER], [], "nvidia.com/gpu", "NVIDIA-H200", {})
+    view = fleet.fleet_view([GFD, SHARED, PROBE_ONLY, OTHER], [], "nvidia.com/gpu", "NVIDIA-H200", {})
     assert [d.node_name for d in view.domains] == ["gfd", "probed", "shared"]
     assert {d.gpu_product for d in view.domains} == {"NVIDIA-H200"}
-    assert pod_status.product_selectors([GFD, SHARED, PROBE_ONLY, OTHER], "NVIDIA-H200") == {
-        "gfd": (naming.NODE_GPU_PRODUCT, "NVIDIA-H200"),
-        "shared": (naming.NODE_GPU_PRODUCT, "NVIDIA-H200-SHARED"),
-        "probed": (naming.NODE_PROBE_GPU_PRODUCT, "NVIDIA-H200"),
+    assert fleet.product_selectors([GFD, SHARED, PROBE_ONLY, OTHER], "NVIDIA-H200") == {
+        "gfd": (node_labels.NODE_GPU_PRODUCT, "NVIDIA-H200"),
+        "shared": (node_labels.NODE_GPU_PRODUCT, "NVIDIA-H200-SHARED"),
+        "probed": (node_labels.NODE_PROBE_GPU_PRODUCT, "NVIDIA-H200"),
     }
-    assert pod_status.placement_problem([SHARED], "nvidia.com/gpu", "NVIDIA-H200", {}) is None
+    assert fleet.placement_problem([SHARED], "nvidia.com/gpu", "NVIDIA-H200", {}) is None
 
 
 @pytest.mark.parametrize("n", [GFD, SHARED, PROBE_ONLY], ids=["gfd", "time-sliced", "probe-only"])
 def test_engine_selects_the_label_its_node_carries(n):
-    selector = pod_status.product_selector(n["metadata"]["labels"], "NVIDIA-H200")
+    selector = fleet.product_selector(n["metadata"]["labels"], "NVIDIA-H200")
     ctx = manifests.BuildContext(gpu_product="NVIDIA-H200", gpu_product_label=selector)
     pod = manifests.build_engine_deployment(SPEC, OWNER, Tier(1, 1), ctx)["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == dict([selector])
@@ -64,4 +65,4 @@ def test_engine_selects_the_label_its_node_carries(n):
 def test_without_a_matched_label_the_gfd_label_is_the_default():
     ctx = dataclasses.replace(manifests.BuildContext(gpu_product="NVIDIA-H200"))
     pod = manifests.build_engine_deployment(SPEC, OWNER, Tier(1, 1), ctx)["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {naming.NODE_GPU_PRODUCT: "NVIDIA-H200"}
+    assert pod["nodeSelector"] == {node_labels.NODE_GPU_PRODUCT: "NVIDIA-H200"}

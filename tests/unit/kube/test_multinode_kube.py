@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from kneepoint.core import placement
+from kneepoint.core import node_labels
 from kneepoint.core import observations as obs
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
-from kneepoint.kube import manifests, naming, pod_status
+from kneepoint.kube import fleet, manifests, naming, pod_status
 
 OWNER = manifests.Owner("big", "team-a", "uid-1")
 CTX = manifests.BuildContext(operator_image="ghcr.io/kneepoint/kneepoint:test", architecture_json="llama-3.1-405b",
@@ -62,7 +63,7 @@ def test_leader_worker_set_group_of_pp_pods_with_tp_gpus_each():
     # Each pod keeps TP inside one NVLink domain of at least TP GPUs.
     for pod in (leader["spec"], worker["spec"]):
         term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-        assert {"key": naming.NODE_NVLINK_DOMAIN_SIZE, "operator": "Gt", "values": ["7"]} in term["matchExpressions"]
+        assert {"key": node_labels.NODE_NVLINK_DOMAIN_SIZE, "operator": "Gt", "values": ["7"]} in term["matchExpressions"]
         assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 
 
@@ -135,13 +136,13 @@ def test_group_container_failures_read_like_a_deployments():
 
 def test_fleet_view_fills_the_topology_domain():
     def node(name, rack):
-        labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", naming.NODE_NVLINK_DOMAIN_SIZE: "8"}
+        labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", node_labels.NODE_NVLINK_DOMAIN_SIZE: "8"}
         if rack:
             labels["example.com/rack"] = rack
         return {"metadata": {"name": name, "labels": labels},
                 "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]}}
 
-    view = pod_status.fleet_view([node("a", "r1"), node("b", "r1"), node("c", None)], [], "nvidia.com/gpu", None, {},
+    view = fleet.fleet_view([node("a", "r1"), node("b", "r1"), node("c", None)], [], "nvidia.com/gpu", None, {},
                                  topology_key="example.com/rack")
     assert [d.topology_domain for d in view.domains] == ["r1", "r1", None]
     assert placement.can_ever_hold_group(view, 8, 2, True, "example.com/rack")

@@ -6,7 +6,7 @@ import pytest
 
 from kneepoint.core import placement
 from kneepoint.core import observations as obs
-from kneepoint.kube import pod_status
+from kneepoint.kube import fleet, load_test_result, pod_status
 
 
 def pod(conditions=(), statuses=(), node="h200-0", deleting=False):
@@ -73,7 +73,7 @@ def test_crash_loop_counts_restarts():
     ],
 )
 def test_job_outcome(conditions, expected):
-    succeeded, failed, message = pod_status.job_outcome({"status": {"conditions": conditions}})
+    succeeded, failed, message = load_test_result.job_outcome({"status": {"conditions": conditions}})
     assert (succeeded, failed) == expected
     if failed:
         assert "BackoffLimitExceeded" in message
@@ -85,10 +85,10 @@ def test_termination_message_takes_latest_and_parses_summary():
         {"status": {"containerStatuses": [{"name": "loadgen", "state": {"terminated": {"finishedAt": "2026-01-01T00:00:01Z", "message": "old"}}}]}},
         {"status": {"containerStatuses": [{"name": "loadgen", "state": {"terminated": {"finishedAt": "2026-01-01T00:00:09Z", "message": json.dumps(summary)}}}]}},
     ]
-    message = pod_status.termination_message(pods, "loadgen")
-    assert pod_status.parse_summary(message) == summary
-    assert pod_status.parse_summary("not json") is None
-    assert pod_status.parse_summary(json.dumps({"v": 2})) is None
+    message = load_test_result.termination_message(pods, "loadgen")
+    assert load_test_result.parse_summary(message) == summary
+    assert load_test_result.parse_summary("not json") is None
+    assert load_test_result.parse_summary(json.dumps({"v": 2})) is None
 
 
 def node(name, product, gpus, domain_size, ready=True, extra=None):
@@ -116,14 +116,14 @@ def test_fleet_view_counts_free_gpus_and_filters():
         node("h200-down", "NVIDIA-H200", 8, 8, ready=False),
     ]
     pods = [gpu_pod("h200-0", 4), gpu_pod("h200-0", 2), gpu_pod("h200-1", 8, phase="Succeeded")]
-    fleet = pod_status.fleet_view(nodes, pods, "nvidia.com/gpu", "NVIDIA-H200", {}, reserved={"h200-1": 1})
-    free = {d.node_name: d.gpus_free for d in fleet.domains}
+    view = fleet.fleet_view(nodes, pods, "nvidia.com/gpu", "NVIDIA-H200", {}, reserved={"h200-1": 1})
+    free = {d.node_name: d.gpus_free for d in view.domains}
     assert free == {"h200-0": 2, "h200-1": 7}
-    assert fleet.has_nvlink()
-    assert placement.free_now(fleet, 2, True).node_name == "h200-0"  # tightest fit first
-    assert placement.free_now(fleet, 8, True) is None
-    assert placement.can_ever_hold(fleet, 8, True) and not placement.can_ever_hold(fleet, 16, True)
-    pcie = pod_status.fleet_view(nodes, pods, "nvidia.com/gpu", "NVIDIA-L40S", {}, None)
+    assert view.has_nvlink()
+    assert placement.free_now(view, 2, True).node_name == "h200-0"  # tightest fit first
+    assert placement.free_now(view, 8, True) is None
+    assert placement.can_ever_hold(view, 8, True) and not placement.can_ever_hold(view, 16, True)
+    pcie = fleet.fleet_view(nodes, pods, "nvidia.com/gpu", "NVIDIA-L40S", {}, None)
     assert not pcie.has_nvlink() and pcie.domains[0].interconnect == "pcie"
     assert placement.can_ever_hold(pcie, 4, require_nvlink=False)
     assert not placement.can_ever_hold(pcie, 4, require_nvlink=True)

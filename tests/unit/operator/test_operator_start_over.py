@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from kneepoint.handlers import command
+from kneepoint.commands import operator as command
 
 
 def test_start_over_execs_the_same_interpreter_with_the_same_arguments(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -109,8 +109,8 @@ def test_sleep_without_deadline_returns_on_wake():
 
 
 def test_cached_view_with_reservations_equals_a_fresh_fleet_view():
-    from kneepoint.kube import pod_status
     from kneepoint.broker import FleetCache
+    from kneepoint.kube import fleet
 
     nodes = [node("h200-0"), node("h200-1"), node("h200-2", gpus=4)]
     pods = [
@@ -121,7 +121,7 @@ def test_cached_view_with_reservations_equals_a_fresh_fleet_view():
     ]
     cache = FleetCache(max_age=2.0, nodes=nodes, pods=pods)
     for reserved in ({}, {"h200-0": 4}, {"h200-1": 2, "h200-2": 1}):
-        fresh = pod_status.fleet_view(nodes, pods, "nvidia.com/gpu", "NVIDIA-H200", {}, reserved)
+        fresh = fleet.fleet_view(nodes, pods, "nvidia.com/gpu", "NVIDIA-H200", {}, reserved)
         assert cache.view("nvidia.com/gpu", "NVIDIA-H200", {}, None, reserved) == fresh
     assert len(cache.views) == 1  # one base view, reused
 

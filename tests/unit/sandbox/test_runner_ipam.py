@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kneepoint.sandbox.runner_ipam import LoopbackPool, PoolExhausted, parse_loopback_cidr
+from kneepoint.sandbox.runner.ipam import LoopbackPool, PoolExhausted, parse_loopback_cidr
 
 
 def test_allocation_is_stable_per_key_and_round_robin() -> None:

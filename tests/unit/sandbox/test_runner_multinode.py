@@ -10,7 +10,7 @@ from typing import Any
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import manifests
-from kneepoint.sandbox.runner_plans import ENGINE, PRETEND, EnvSources, classify_container, plan_container
+from kneepoint.sandbox.runner.plans import ENGINE, PRETEND, EnvSources, classify_container, plan_container
 
 NODE = {
     "metadata": {

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kneepoint.sandbox.runner_plans import (
+from kneepoint.sandbox.runner.plans import (
     ENGINE,
     KNEEPOINT,
     PRETEND,
@@ -330,7 +330,7 @@ def test_mixed_node_without_gpu_request_uses_the_tp_flags() -> None:
 
 def test_an_emptydir_shared_by_two_containers_becomes_one_per_pod_directory() -> None:
     from kneepoint.kube import manifests
-    from kneepoint.sandbox.runner_plans import emptydir_volumes
+    from kneepoint.sandbox.runner.plans import emptydir_volumes
 
     mount = [{"name": "profiles", "mountPath": "/var/run/kneepoint/profiles"}, {"name": "dshm", "mountPath": "/dev/shm"}]
     volumes = [{"name": "profiles", "emptyDir": {}}, {"name": "dshm", "emptyDir": {"medium": "Memory"}}]

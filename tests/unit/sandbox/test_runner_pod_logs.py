@@ -6,8 +6,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-from kneepoint.sandbox.runner_podstatus import pod_logs_object
-from kneepoint.sandbox.runner_processes import CRI_MAX_LINE_BYTES, ContainerProcess, cri_records
+from kneepoint.sandbox.runner.podstatus import pod_logs_object
+from kneepoint.sandbox.runner.processes import CRI_MAX_LINE_BYTES, ContainerProcess, cri_records
 
 STAMP = "2026-12-01T18:27:09.123456Z"
 

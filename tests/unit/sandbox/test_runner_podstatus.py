@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kneepoint.sandbox.runner_podstatus import (
+from kneepoint.sandbox.runner.podstatus import (
     ContainerRecord,
     PodObservation,
     build_status_patch,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from kneepoint.sandbox.runner_processes import ContainerProcess, log_file_name, reap_leftovers
+from kneepoint.sandbox.runner.processes import ContainerProcess, log_file_name, reap_leftovers
 
 
 def make(tmp_path: Path, code: str, name: str = "c") -> ContainerProcess:

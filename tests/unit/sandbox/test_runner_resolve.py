@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kneepoint.loadgen.resolve_rules import parse_resolve_rules
-from kneepoint.sandbox.runner_resolve import build_resolve_map, service_names
+from kneepoint.sandbox.runner.resolve import build_resolve_map, service_names
 
 
 def svc(name: str, ns: str, selector: dict[str, str] | None, ports: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:

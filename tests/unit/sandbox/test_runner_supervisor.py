@@ -19,9 +19,9 @@ import aiohttp
 import psutil
 import pytest
 
-from kneepoint.sandbox.runner_ipam import LoopbackPool
-from kneepoint.sandbox.runner_pods import LOST_REASON, PodSupervisor, RunnerSettings
-from kneepoint.sandbox.runner_resolve import ResolveMap
+from kneepoint.sandbox.runner.ipam import LoopbackPool
+from kneepoint.sandbox.runner.pods import LOST_REASON, PodSupervisor, RunnerSettings
+from kneepoint.sandbox.runner.resolve import ResolveMap
 
 
 class MemoryApi:

@@ -12,7 +12,7 @@ Logs: stdout and stderr of every run of a container are appended to one file,
 ``==== kneepoint sandbox runner: ... ====`` (for people). Each run also gets a file of its
 own in the CRI log format the kubelet's container runtime writes (``<RFC 3339 time>
 <stdout|stderr> <F|P> <text>``, see :func:`cri_line`), which KWOK serves to ``kubectl logs``
-(runner_pods publishes the files in a KWOK ``Logs`` object). For that the runner reads the
+(pods publishes the files in a KWOK ``Logs`` object). For that the runner reads the
 process's output through pipes and writes both files itself.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 from kneepoint.core.timestamps import now_rfc3339
-from kneepoint.sandbox.runner_podstatus import exit_code_of
+from kneepoint.sandbox.runner.podstatus import exit_code_of
 
 log = logging.getLogger(__name__)
 

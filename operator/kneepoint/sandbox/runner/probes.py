@@ -15,7 +15,7 @@ import ipaddress
 
 import aiohttp
 
-from kneepoint.sandbox.runner_plans import ProbeSpec
+from kneepoint.sandbox.runner.plans import ProbeSpec
 
 USER_AGENT = "kube-probe/1.36"
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kneepoint.sandbox.runner_plans import container_port
+from kneepoint.sandbox.runner.plans import container_port
 
 ENV_VAR = "KNEEPOINT_RESOLVE"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"

@@ -8,7 +8,7 @@ generator, the operator's own pod must run the operator. This process plays the 
 for every pod bound to a KWOK-managed node (annotation ``kwok.x-k8s.io/node: fake``) that
 is not labelled ``kneepoint.io/sandbox-pretend: "true"`` (KWOK's stages handle those): it
 lists and watches pods, nodes and Services, and hands each such pod to a
-:class:`~kneepoint.sandbox.runner_pods.PodSupervisor`.
+:class:`~kneepoint.sandbox.runner.pods.PodSupervisor`.
 
 On start it kills processes a previous runner left behind and adopts the pods the API
 shows it was running (same address; containers whose process is gone count as exited
@@ -32,12 +32,12 @@ from typing import Any
 import aiohttp
 import click
 
-from kneepoint.sandbox.runner_ipam import DEFAULT_POD_CIDR, LoopbackPool
-from kneepoint.sandbox.runner_kube import KubeGateway, WatchFeed
-from kneepoint.sandbox.runner_pods import PodSupervisor, RunnerSettings
+from kneepoint.sandbox.runner.ipam import DEFAULT_POD_CIDR, LoopbackPool
+from kneepoint.sandbox.runner.kube import KubeGateway, WatchFeed
+from kneepoint.sandbox.runner.pods import PodSupervisor, RunnerSettings
 from kneepoint.sandbox.processes import MARKER_ENV
-from kneepoint.sandbox.runner_processes import reap_leftovers
-from kneepoint.sandbox.runner_resolve import DEFAULT_CLUSTER_DOMAIN, ResolveMap, build_resolve_map
+from kneepoint.sandbox.runner.processes import reap_leftovers
+from kneepoint.sandbox.runner.resolve import DEFAULT_CLUSTER_DOMAIN, ResolveMap, build_resolve_map
 
 log = logging.getLogger("kneepoint.sandbox.runner")
 

@@ -37,20 +37,14 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
+from kneepoint.core import node_labels as keys
+
 ENGINE = "engine"
 KNEEPOINT = "kneepoint"
 PRETEND = "pretend"
 
 VLLM_DEFAULT_PORT = 8000
 DEFAULT_MODEL_LOAD_SECONDS = "2"
-
-# Node labels (CONTRACTS D) the simulator's hardware env comes from.
-LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
-LABEL_KNEEPOINT_GPU_PRODUCT = "kneepoint.io/gpu-product"
-LABEL_INTERCONNECT = "kneepoint.io/interconnect"
-LABEL_NVLINK_DOMAIN_SIZE = "kneepoint.io/nvlink-domain-size"
-LABEL_INTER_NODE_GBPS = "kneepoint.io/inter-node-gbps"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 # The environment a container image would bring (the kubelet adds none of these; images do).
 IMAGE_ENV = {
@@ -491,7 +485,7 @@ def gpu_request(container: Mapping[str, Any]) -> int:
     """GPUs the container asks for (extended resources are set as limits)."""
     resources = container.get("resources") or {}
     for kind in ("limits", "requests"):
-        value = (resources.get(kind) or {}).get(GPU_RESOURCE)
+        value = (resources.get(kind) or {}).get(keys.GPU_RESOURCE)
         if value is not None:
             try:
                 return int(parse_quantity(str(value)))
@@ -507,19 +501,19 @@ def hardware_env(node_labels: Mapping[str, str], gpus: int) -> dict[str, str]:
     else ``pcie`` (the scheduler does not pick GPUs; this is the better case of the node).
     """
     env: dict[str, str] = {}
-    product = node_labels.get(LABEL_GPU_PRODUCT) or node_labels.get(LABEL_KNEEPOINT_GPU_PRODUCT)
+    product = node_labels.get(keys.NODE_GPU_PRODUCT) or node_labels.get(keys.NODE_PROBE_GPU_PRODUCT)
     if product:
         env["KNEEPOINT_SIM_GPU"] = product
-    interconnect = node_labels.get(LABEL_INTERCONNECT)
+    interconnect = node_labels.get(keys.NODE_INTERCONNECT)
     if interconnect in ("nvlink", "pcie"):
         env["KNEEPOINT_SIM_INTERCONNECT"] = interconnect
     elif interconnect == "mixed":
         try:
-            domain = int(node_labels.get(LABEL_NVLINK_DOMAIN_SIZE, "1"))
+            domain = int(node_labels.get(keys.NODE_NVLINK_DOMAIN_SIZE, "1"))
         except ValueError:
             domain = 1
         env["KNEEPOINT_SIM_INTERCONNECT"] = "nvlink" if max(gpus, 1) <= domain else "pcie"
-    gbps = node_labels.get(LABEL_INTER_NODE_GBPS)
+    gbps = node_labels.get(keys.NODE_INTER_NODE_GBPS)
     if gbps:
         env["KNEEPOINT_SIM_INTER_NODE_GBPS"] = gbps
     return env

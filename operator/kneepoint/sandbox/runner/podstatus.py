@@ -129,7 +129,7 @@ def pod_logs_object(namespace: str, pod: str, uid: str, files: Mapping[str, tupl
     """KWOK's ``Logs`` for one pod: per container the file of its current log and of its previous one.
 
     ``files`` maps a container to (current, previous or None). The kubelet's rule decides
-    which run each is (runner_pods): ``--previous`` is the run in ``lastState.terminated``;
+    which run each is (pods): ``--previous`` is the run in ``lastState.terminated``;
     the current log is the running or terminated run, else (waiting to restart) that same
     last run. The pod owns the object, so it goes with the pod.
     """

@@ -29,7 +29,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from kneepoint.core.timestamps import parse_rfc3339
-from kneepoint.sandbox.runner_podstatus import KWOK_LOGS_GROUP, KWOK_LOGS_PLURAL, KWOK_LOGS_VERSION
+from kneepoint.sandbox.runner.podstatus import KWOK_LOGS_GROUP, KWOK_LOGS_PLURAL, KWOK_LOGS_VERSION
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ probes readiness, restarts by the pod's ``restartPolicy`` with the kubelet's bac
 writes ``pods/status`` whenever what it observed changes, and on deletion stops the
 processes (SIGTERM, grace period, SIGKILL) and finishes the deletion.
 
-What each container gets is decided by :mod:`runner_plans` (pure); the status it writes is
-built by :mod:`runner_podstatus` (pure). What it needs from the rest of the runner (API
+What each container gets is decided by :mod:`plans` (pure); the status it writes is
+built by :mod:`podstatus` (pure). What it needs from the rest of the runner (API
 calls, the address pool, Service map, nodes) comes through :class:`RunnerServices`.
 """
 
@@ -29,9 +29,9 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from kneepoint.core.timestamps import now_rfc3339
-from kneepoint.sandbox.runner_ipam import LoopbackPool
-from kneepoint.sandbox.runner_kube import KubeGateway
-from kneepoint.sandbox.runner_plans import (
+from kneepoint.sandbox.runner.ipam import LoopbackPool
+from kneepoint.sandbox.runner.kube import KubeGateway
+from kneepoint.sandbox.runner.plans import (
     PRETEND,
     ContainerCommandError,
     ContainerConfigError,
@@ -45,7 +45,7 @@ from kneepoint.sandbox.runner_plans import (
     referenced_objects,
     service_account_token_source,
 )
-from kneepoint.sandbox.runner_podstatus import (
+from kneepoint.sandbox.runner.podstatus import (
     RUNNING,
     TERMINATED,
     ContainerRecord,
@@ -57,9 +57,9 @@ from kneepoint.sandbox.runner_podstatus import (
     termination_message,
     termination_reason,
 )
-from kneepoint.sandbox.runner_probes import probe_once
-from kneepoint.sandbox.runner_processes import ContainerProcess, log_file_name
-from kneepoint.sandbox.runner_resolve import ENV_VAR as RESOLVE_ENV, ResolveMap
+from kneepoint.sandbox.runner.probes import probe_once
+from kneepoint.sandbox.runner.processes import ContainerProcess, log_file_name
+from kneepoint.sandbox.runner.resolve import ENV_VAR as RESOLVE_ENV, ResolveMap
 
 log = logging.getLogger(__name__)
 

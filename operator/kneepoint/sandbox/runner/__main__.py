@@ -1,0 +1,5 @@
+"""``python -m kneepoint.sandbox.runner``."""
+
+from kneepoint.sandbox.runner.main import main
+
+main()
