@@ -46,7 +46,7 @@ def _walk_objects(cls: type, path: str) -> Iterator[tuple[str, type]]:
         if typing.get_origin(inner) in (tuple, list):
             inner = typing.get_args(inner)[0]
             sub += "[]"
-        if dataclasses.is_dataclass(inner):
+        if isinstance(inner, type) and dataclasses.is_dataclass(inner):
             yield from _walk_objects(inner, sub)
 
 
