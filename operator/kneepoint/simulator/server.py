@@ -202,6 +202,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._intake_free_at = 0.0
+        self._idle_arrival: float | None = None  # modelled arrival of the request that woke an idle engine
         config = SchedulerConfig(max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
                                  num_gpu_blocks=settings.num_gpu_blocks, max_model_len=settings.max_model_len,
                                  block_size=settings.block_size)
@@ -267,19 +268,30 @@ class Engine:
     def loop_time(self) -> float:
         return self._loop.time()
 
-    async def intake(self, prompt_tokens: int) -> None:
+    async def intake(self, prompt_tokens: int, received_at: float | None = None) -> float:
         """Hold a request for vLLM's API-server intake. One process takes requests one after another
         (parsing, tokenisation, hand-over to the engine core), so a burst of long prompts reaches the
         engine spread out and late: in the real c32 capture, requests sent together started their
-        prefill some 70 ms after a wave's last token, while the others' decode steps ran on."""
+        prefill some 70 ms after a wave's last token, while the others' decode steps ran on.
+
+        The cost runs from ``received_at`` (the handler's start) when given, so the simulator's own
+        parsing and response set-up count toward it instead of adding to it. Returns the modelled
+        time the request reaches the engine."""
+        now = self._loop.time()
+        start = now if received_at is None else min(received_at, now)
         cost = self.settings.perf.calibration.serving.api_us_per_prompt_token * prompt_tokens * 1e-6
         if cost <= 0:
-            return
-        now = self._loop.time()
-        self._intake_free_at = max(self._intake_free_at, now) + cost
-        await asyncio.sleep(self._intake_free_at - now)
+            return start
+        self._intake_free_at = max(self._intake_free_at, start) + cost
+        if self._intake_free_at > now:
+            await asyncio.sleep(self._intake_free_at - now)
+        return self._intake_free_at
 
-    def submit(self, handle: RequestHandle, finish_reason: str) -> None:
+    def submit(self, handle: RequestHandle, finish_reason: str, arrival: float | None = None) -> None:
+        """Queue a request; ``arrival`` is its modelled arrival (from :meth:`intake`): an idle engine's
+        first step is paced from there, not from when this process got round to waking the loop."""
+        if arrival is not None and not self.scheduler.has_work:
+            self._idle_arrival = arrival
         if handle.request_id in self.handles:
             # A client reused an X-Request-Id still in flight: the scheduler needs unique ids.
             handle.request_id = self._generated_id(handle.request_id.split("-", 1)[0], handle.seed)
@@ -319,7 +331,10 @@ class Engine:
                 await self._wake.wait()
                 continue
             if ideal is None:
-                ideal = now
+                # From idle: the step starts at the modelled arrival (within the lag bound), so the
+                # loop's own wake-up and the intake's timer slack are not added to the request's TTFT.
+                arrival, self._idle_arrival = self._idle_arrival, None
+                ideal = now if arrival is None else max(min(now, arrival), now - MAX_LAG_SECONDS)
             elif ideal < now - MAX_LAG_SECONDS:
                 self.lag_seconds_total += now - MAX_LAG_SECONDS - ideal
                 ideal = now - MAX_LAG_SECONDS
@@ -584,8 +599,8 @@ class Api:
             return await self._respond_whole(request, handle, finish_reason)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        await engine.intake(handle.prompt_tokens)
-        engine.submit(handle, finish_reason)
+        arrival = await engine.intake(handle.prompt_tokens, handle.received_at)
+        engine.submit(handle, finish_reason, arrival)
         try:
             while True:
                 chunks = await handle.next_chunks()
@@ -605,8 +620,8 @@ class Api:
 
     async def _respond_whole(self, request: web.Request, handle: RequestHandle, finish_reason: str) -> web.Response:
         engine = self.engine
-        await engine.intake(handle.prompt_tokens)
-        engine.submit(handle, finish_reason)
+        arrival = await engine.intake(handle.prompt_tokens, handle.received_at)
+        engine.submit(handle, finish_reason, arrival)
         try:
             while not handle.finished:
                 await handle.next_chunks()

@@ -436,3 +436,32 @@ async def test_api_server_intake_takes_requests_one_after_another(monkeypatch) -
     finally:
         monkeypatch.undo()
         await stop(engine, runners, task)
+
+
+async def test_intake_cost_runs_from_the_handlers_start(monkeypatch) -> None:
+    """The simulator's own parsing and response set-up before the intake count toward the modelled
+    cost instead of adding to it; the modelled arrival is what an idle engine paces its first step from."""
+    settings = make_settings()
+    engine, runners, task = await start(settings)
+    try:
+        per_token = settings.perf.calibration.serving.api_us_per_prompt_token * 1e-6
+        waits: list[float] = []
+        real_sleep = asyncio.sleep
+
+        async def recording_sleep(delay: float) -> None:
+            waits.append(delay)
+            await real_sleep(0)
+
+        monkeypatch.setattr(asyncio, "sleep", recording_sleep)
+        monkeypatch.setattr(engine._loop, "time", lambda: 100.0)
+        arrival = await engine.intake(1000, received_at=100.0 - 0.002)
+        assert arrival == pytest.approx(100.0 - 0.002 + 1000 * per_token)
+        assert waits == pytest.approx([1000 * per_token - 0.002])
+        # A request that spent longer than its cost before the intake is not held at all.
+        waits.clear()
+        engine._intake_free_at = 0.0
+        assert await engine.intake(100, received_at=99.0) == pytest.approx(99.0 + 100 * per_token)
+        assert waits == []
+    finally:
+        monkeypatch.undo()
+        await stop(engine, runners, task)
