@@ -27,7 +27,7 @@ from multiprocessing import Process, Queue
 
 import psutil
 
-BODY = (b'{"model":"bench","prompt":[%s],"max_tokens":%d,"stream":true,"ignore_eos":true}')
+BODY = b'{"model":"bench","prompt":[%s],"max_tokens":%d,"stream":true,"ignore_eos":true}'
 
 
 def free_port() -> int:
@@ -46,8 +46,9 @@ def pin(pid: int, core: int) -> bool:
 
 async def _worker(port: int, body: bytes, counter: list[int], stop_at: float) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    request = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    request = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    ) + body
     try:
         while time.monotonic() < stop_at:
             writer.write(request)
@@ -101,13 +102,31 @@ def main() -> int:
     parser.add_argument("--architecture", default="llama-3.2-1b")
     args = parser.parse_args()
     print(f"CPU cores visible: {os.cpu_count()}; server on core {args.server_core}, client on core {args.client_core}")
-    print(f"{'concurrency':>11} {'tokens/s':>10} {'server CPU':>10} {'tokens/CPU-s':>12} {'client CPU':>10} "
-          f"{'engine lag s':>12}")
+    print(f"{'concurrency':>11} {'tokens/s':>10} {'server CPU':>10} {'tokens/CPU-s':>12} {'client CPU':>10} {'engine lag s':>12}")
     for conc in [int(c) for c in args.concurrency.split(",")]:
         port = free_port()
-        cmd = [sys.executable, "-m", "kneepoint", "sim", "--model", "bench", "--architecture", args.architecture,
-               "--gpu", "h200", "--port", str(port), "--dcgm-port", "0", "--model-load-seconds", "0", "--noise", "0",
-               "--max-num-seqs", str(max(conc, 256))]
+        cmd = [
+            sys.executable,
+            "-m",
+            "kneepoint",
+            "sim",
+            "--model",
+            "bench",
+            "--architecture",
+            args.architecture,
+            "--gpu",
+            "h200",
+            "--port",
+            str(port),
+            "--dcgm-port",
+            "0",
+            "--model-load-seconds",
+            "0",
+            "--noise",
+            "0",
+            "--max-num-seqs",
+            str(max(conc, 256)),
+        ]
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             pinned = pin(server.pid, args.server_core)
@@ -119,8 +138,7 @@ def main() -> int:
                     time.sleep(0.1)
             proc = psutil.Process(server.pid)
             out: Queue = Queue()
-            client = Process(target=client_main, args=(port, conc, args.warmup, args.seconds, args.output_len,
-                                                       args.client_core, out))
+            client = Process(target=client_main, args=(port, conc, args.warmup, args.seconds, args.output_len, args.client_core, out))
             client.start()
             time.sleep(args.warmup)
             cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
@@ -131,8 +149,10 @@ def main() -> int:
             client.join()
             server_cpu = (cpu1 - cpu0) / (t1 - t0)
             per_cpu_second = tokens_per_s / server_cpu if server_cpu > 0 else float("nan")
-            print(f"{conc:>11} {tokens_per_s:>10.0f} {server_cpu:>10.2f} {per_cpu_second:>12.0f} {client_cpu:>10.2f} {lag:>12.2f}"
-                  + ("" if pinned else "  (not pinned)"))
+            print(
+                f"{conc:>11} {tokens_per_s:>10.0f} {server_cpu:>10.2f} {per_cpu_second:>12.0f} {client_cpu:>10.2f} {lag:>12.2f}"
+                + ("" if pinned else "  (not pinned)")
+            )
         finally:
             server.terminate()
             server.wait(timeout=10)

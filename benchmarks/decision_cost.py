@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import statistics
 import sys
 import time
@@ -49,7 +48,7 @@ from kneepoint.core import reasons
 from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, EnsureLoadTest
 from kneepoint.core.architectures import architecture_from_spec, preset_names
 from kneepoint.core.decision import decide
-from kneepoint.core.gpus import GIB, find_gpu_type
+from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.ladder import LadderSettings, derive_phase, measurement_hash
 from kneepoint.core.memory_estimate import estimate_memory
 from kneepoint.core.observations import (
@@ -69,7 +68,9 @@ from kneepoint.simulator.virtual_tier import AdaptiveStop, EngineStart, TierMeas
 
 # The ladder's passes are run by the same driver as its unit tests (tests/unit/core/ladder_driver.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit" / "core"))
-from ladder_driver import T0 as EPOCH, Driver  # noqa: E402
+from ladder_driver import T0 as EPOCH
+from ladder_driver import Driver
+
 GB = 1e9
 
 # Stop rules that never fire: the sweep (and "no early stop") measures every tier, then the
@@ -116,13 +117,48 @@ MODELS = {
     "70b": Model("70b", "hf://meta-llama/Llama-3.3-70B-Instruct"),
 }
 WORKLOADS = {
-    "chat": WorkloadSpec("chat", "short chat", {"endpoint": "ChatCompletions", "concurrency": 32, "numRequests": 400,
-                                                "inputLen": 256, "outputLen": 128, "warmupRequests": 32, "repeats": 2}, 4096),
-    "long": WorkloadSpec("long", "long prompt", {"endpoint": "Completions", "concurrency": 16, "numRequests": 400,
-                                                 "inputLen": 6144, "outputLen": 256, "warmupRequests": 16, "repeats": 2}, 8192),
-    "highconc": WorkloadSpec("highconc", "high concurrency", {"endpoint": "Completions", "concurrency": 256, "numRequests": 1000,
-                                                              "inputLen": 512, "outputLen": 256, "warmupRequests": 256,
-                                                              "repeats": 2}, 4096),
+    "chat": WorkloadSpec(
+        "chat",
+        "short chat",
+        {
+            "endpoint": "ChatCompletions",
+            "concurrency": 32,
+            "numRequests": 400,
+            "inputLen": 256,
+            "outputLen": 128,
+            "warmupRequests": 32,
+            "repeats": 2,
+        },
+        4096,
+    ),
+    "long": WorkloadSpec(
+        "long",
+        "long prompt",
+        {
+            "endpoint": "Completions",
+            "concurrency": 16,
+            "numRequests": 400,
+            "inputLen": 6144,
+            "outputLen": 256,
+            "warmupRequests": 16,
+            "repeats": 2,
+        },
+        8192,
+    ),
+    "highconc": WorkloadSpec(
+        "highconc",
+        "high concurrency",
+        {
+            "endpoint": "Completions",
+            "concurrency": 256,
+            "numRequests": 1000,
+            "inputLen": 512,
+            "outputLen": 256,
+            "warmupRequests": 256,
+            "repeats": 2,
+        },
+        4096,
+    ),
 }
 
 
@@ -188,9 +224,16 @@ def seed_for(*parts: Any) -> int:
 def workload_of(spec: ExperimentSpec) -> Workload:
     """The load generator's flags the operator's Job passes (kube.manifests.loadgen_args)."""
     load = spec.load
-    return Workload(concurrency=load.concurrency, num_requests=load.num_requests, input_len=load.input_len,
-                    output_len=load.output_len, api="chat" if load.endpoint == "ChatCompletions" else "completions",
-                    seed=load.seed, warmup_requests=load.warmup_requests, repeats=load.repeats)
+    return Workload(
+        concurrency=load.concurrency,
+        num_requests=load.num_requests,
+        input_len=load.input_len,
+        output_len=load.output_len,
+        api="chat" if load.endpoint == "ChatCompletions" else "completions",
+        seed=load.seed,
+        warmup_requests=load.warmup_requests,
+        repeats=load.repeats,
+    )
 
 
 class Measurements:
@@ -210,8 +253,16 @@ class Measurements:
         if base is None:
             arch = architecture_from_spec(spec.model.architecture, None, model_name=spec.model.uri)
             args = vllm_args(spec, tier) + [
-                "--gpu", scenario.fleet.gpu_product, "--interconnect", interconnect,
-                "--noise", f"{spec.simulation.noise_fraction:g}", "--seed", "0", "--dcgm-port", "0",
+                "--gpu",
+                scenario.fleet.gpu_product,
+                "--interconnect",
+                interconnect,
+                "--noise",
+                f"{spec.simulation.noise_fraction:g}",
+                "--seed",
+                "0",
+                "--dcgm-port",
+                "0",
             ]
             if arch.name in preset_names():
                 args += ["--architecture", arch.name]
@@ -222,8 +273,9 @@ class Measurements:
         seed = self.fixed_seed if self.fixed_seed is not None else seed_for(stream, tier.name)
         return dataclasses.replace(base, settings=dataclasses.replace(base.settings, seed=seed))
 
-    def load_test(self, scenario: Scenario, spec: ExperimentSpec, start: EngineStart, stream: str, tier: Tier,
-                  adaptive: bool) -> TierMeasurement:
+    def load_test(
+        self, scenario: Scenario, spec: ExperimentSpec, start: EngineStart, stream: str, tier: Tier, adaptive: bool
+    ) -> TierMeasurement:
         key = (scenario.key, spec.load, stream, tier, adaptive)
         found = self._tests.get(key)
         if found is None:
@@ -294,8 +346,9 @@ class TierCost:
 class VirtualCluster:
     """Nodes, engines and load-test Jobs on virtual time, answering the ladder's observations."""
 
-    def __init__(self, scenario: Scenario, spec: ExperimentSpec, measurements: Measurements, stream: str,
-                 adaptive: bool, load_model: LoadModel) -> None:
+    def __init__(
+        self, scenario: Scenario, spec: ExperimentSpec, measurements: Measurements, stream: str, adaptive: bool, load_model: LoadModel
+    ) -> None:
         self.scenario, self.spec, self.m = scenario, spec, measurements
         self.stream, self.adaptive, self.load_model = stream, adaptive, load_model
         fleet = scenario.fleet
@@ -309,14 +362,23 @@ class VirtualCluster:
     # -- what the API would show
     def fleet_view(self) -> FleetView:
         f = self.scenario.fleet
-        used = {n: 0 for n in self.nodes}
+        used = dict.fromkeys(self.nodes, 0)
         for e in self.engines.values():
             used[e.node] += e.tier.gpus
-        return FleetView(tuple(
-            DomainCapacity(node_name=n, gpu_product=f.gpu_product, gpus_total=f.gpus_per_node,
-                           gpus_free=f.gpus_per_node - used[n], nvlink_domain=f"{n}-nvl0",
-                           nvlink_domain_size=f.nvlink_domain_size, interconnect=f.interconnect)
-            for n in self.nodes))
+        return FleetView(
+            tuple(
+                DomainCapacity(
+                    node_name=n,
+                    gpu_product=f.gpu_product,
+                    gpus_total=f.gpus_per_node,
+                    gpus_free=f.gpus_per_node - used[n],
+                    nvlink_domain=f"{n}-nvl0",
+                    nvlink_domain_size=f.nvlink_domain_size,
+                    interconnect=f.interconnect,
+                )
+                for n in self.nodes
+            )
+        )
 
     def observe(self, now: float, status: ExperimentStatus) -> Observations:
         current = next((t for t in status.tiers if t.phase not in ("Measured", "Skipped", "Failed")), None)
@@ -330,9 +392,14 @@ class VirtualCluster:
                 elif e.start.ok:
                     engine = EngineState(exists=True, ready=True, node_name=e.node)
                 else:
-                    engine = EngineState(exists=True, ready=False, node_name=e.node, start_failure=START_OUT_OF_MEMORY
-                                         if e.start.out_of_memory else "CrashLoopBackOff",
-                                         failure_message=e.start.message, restarts=9)
+                    engine = EngineState(
+                        exists=True,
+                        ready=False,
+                        node_name=e.node,
+                        start_failure=START_OUT_OF_MEMORY if e.start.out_of_memory else "CrashLoopBackOff",
+                        failure_message=e.start.message,
+                        restarts=9,
+                    )
             if current.phase == "LoadTesting":
                 attempt = current.attempts or 1
                 j = self.jobs.get((tier, attempt))
@@ -345,13 +412,18 @@ class VirtualCluster:
             if current.phase == "Collecting":
                 j = max((j for (t, _), j in self.jobs.items() if t == tier), key=lambda j: j.attempt)
                 mm = j.measurement
-                metrics = MetricWindow(peak_fb_used_gib=mm.memory_used_gib, peak_kv_cache_usage=mm.peak_kv_cache_usage,
-                                       preemptions=mm.preemptions, gpu_utilization=mm.gpu_utilization,
-                                       comm_fraction=mm.comm_fraction)
+                metrics = MetricWindow(
+                    peak_fb_used_gib=mm.memory_used_gib,
+                    peak_kv_cache_usage=mm.peak_kv_cache_usage,
+                    preemptions=mm.preemptions,
+                    gpu_utilization=mm.gpu_utilization,
+                    comm_fraction=mm.comm_fraction,
+                )
         # The reconciler reads the fleet only in Measure mode (Simulate needs no GPUs).
         fleet = self.fleet_view() if self.spec.mode == "Measure" else None
-        return Observations(now=now, generation=1, fleet=fleet, engine=engine, load_test=job, metrics=metrics,
-                            architecture=self.arch, gpu=self.gpu)
+        return Observations(
+            now=now, generation=1, fleet=fleet, engine=engine, load_test=job, metrics=metrics, architecture=self.arch, gpu=self.gpu
+        )
 
     def next_event(self, now: float) -> float | None:
         times = [e.event_at for e in self.engines.values() if e.event_at > now]
@@ -360,9 +432,16 @@ class VirtualCluster:
 
     # -- applying the ladder's actions
     def _weights(self, tier: Tier) -> tuple[float, float]:
-        est = estimate_memory(self.arch, self.gpu, tier, dtype=self.spec.model.dtype, max_model_len=self.spec.model.max_model_len,
-                              concurrency=self.spec.load.concurrency, context_len=self.spec.load.input_len + self.spec.load.output_len,
-                              gpu_memory_utilization=self.spec.engine.gpu_memory_utilization)
+        est = estimate_memory(
+            self.arch,
+            self.gpu,
+            tier,
+            dtype=self.spec.model.dtype,
+            max_model_len=self.spec.model.max_model_len,
+            concurrency=self.spec.load.concurrency,
+            context_len=self.spec.load.input_len + self.spec.load.output_len,
+            gpu_memory_utilization=self.spec.engine.gpu_memory_utilization,
+        )
         return float(est.weights_bytes_per_gpu * tier.gpus), float(est.weights_bytes_per_gpu)
 
     def ensure_engine(self, tier: Tier, node: str | None, now: float) -> None:
@@ -429,20 +508,45 @@ class Variant:
     """What-if (not in the operator): also skip tiers whose estimated KV pool cannot hold the load's concurrency."""
 
 
-REFERENCE = Variant("exhaustive", skip=False, early_stop=False, adaptive=False, stream="exhaustive",
-                    description="every tier, every repeat (independent noise)")
+REFERENCE = Variant(
+    "exhaustive",
+    skip=False,
+    early_stop=False,
+    adaptive=False,
+    stream="exhaustive",
+    description="every tier, every repeat (independent noise)",
+)
 VARIANTS = (
     Variant("ladder", skip=True, early_stop=True, adaptive=False, description="kneepoint today: estimator skip + early stop"),
     Variant("skip only", skip=True, early_stop=False, adaptive=False, description="lever: skip tiers the estimator rules out"),
     Variant("early stop only", skip=False, early_stop=True, adaptive=False, description="lever: stop as soon as a rule fires"),
     Variant("adaptive only", skip=False, early_stop=False, adaptive=True, description="lever: stop a load test at the stated confidence"),
     Variant("ladder + adaptive", skip=True, early_stop=True, adaptive=True, description="all three"),
-    Variant("ladder, 1 attempt", skip=True, early_stop=True, adaptive=False, max_attempts=1,
-            description="what-if: load.maxAttempts 1 (no retry of a timed-out test)"),
-    Variant("ladder, skip KV-short tiers", skip=True, early_stop=True, adaptive=False, skip_short_kv=True,
-            description="what-if: also skip tiers whose KV pool cannot hold the concurrency"),
-    Variant("all levers", skip=True, early_stop=True, adaptive=True, max_attempts=1, skip_short_kv=True,
-            description="what-if: ladder + adaptive + 1 attempt + skip KV-short tiers"),
+    Variant(
+        "ladder, 1 attempt",
+        skip=True,
+        early_stop=True,
+        adaptive=False,
+        max_attempts=1,
+        description="what-if: load.maxAttempts 1 (no retry of a timed-out test)",
+    ),
+    Variant(
+        "ladder, skip KV-short tiers",
+        skip=True,
+        early_stop=True,
+        adaptive=False,
+        skip_short_kv=True,
+        description="what-if: also skip tiers whose KV pool cannot hold the concurrency",
+    ),
+    Variant(
+        "all levers",
+        skip=True,
+        early_stop=True,
+        adaptive=True,
+        max_attempts=1,
+        skip_short_kv=True,
+        description="what-if: ladder + adaptive + 1 attempt + skip KV-short tiers",
+    ),
 )
 
 
@@ -476,19 +580,29 @@ class RunResult:
         return total
 
 
-def _skip_short_kv(spec: ExperimentSpec, status: ExperimentStatus, cluster: "VirtualCluster", now: float) -> ExperimentStatus:
+def _skip_short_kv(spec: ExperimentSpec, status: ExperimentStatus, cluster: VirtualCluster, now: float) -> ExperimentStatus:
     """What-if: Skip planned tiers whose estimated KV pool holds fewer than ``load.concurrency`` sequences."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     tiers = []
     for t in status.tiers:
         if t.phase == TIER_PENDING:
-            est = estimate_memory(cluster.arch, cluster.gpu, Tier(t.tensor_parallel, t.pipeline_parallel), dtype=spec.model.dtype,
-                                  max_model_len=spec.model.max_model_len, concurrency=spec.load.concurrency,
-                                  context_len=spec.load.input_len + spec.load.output_len,
-                                  gpu_memory_utilization=spec.engine.gpu_memory_utilization)
+            est = estimate_memory(
+                cluster.arch,
+                cluster.gpu,
+                Tier(t.tensor_parallel, t.pipeline_parallel),
+                dtype=spec.model.dtype,
+                max_model_len=spec.model.max_model_len,
+                concurrency=spec.load.concurrency,
+                context_len=spec.load.input_len + spec.load.output_len,
+                gpu_memory_utilization=spec.engine.gpu_memory_utilization,
+            )
             if not est.fits_target:
-                t = dataclasses.replace(t, phase=TIER_SKIPPED, finished_at=stamp,
-                                        reason=f"what-if: KV pool holds {est.max_concurrent_sequences} of {spec.load.concurrency} sequences")
+                t = dataclasses.replace(
+                    t,
+                    phase=TIER_SKIPPED,
+                    finished_at=stamp,
+                    reason=f"what-if: KV pool holds {est.max_concurrent_sequences} of {spec.load.concurrency} sequences",
+                )
         tiers.append(t)
     if all(t.phase != TIER_PENDING for t in tiers):
         return status  # nothing left to run: keep the plan as the operator made it
@@ -497,19 +611,31 @@ def _skip_short_kv(spec: ExperimentSpec, status: ExperimentStatus, cluster: "Vir
 
 def _unskip(status: ExperimentStatus, now: float) -> ExperimentStatus:
     """The plan with every tier the estimate skipped put back to Pending (deploy it anyway)."""
-    tiers = tuple(dataclasses.replace(t, phase=TIER_PENDING, reason=None, does_not_fit=None, finished_at=None)
-                  if t.phase == TIER_SKIPPED and t.does_not_fit else t for t in status.tiers)
+    tiers = tuple(
+        dataclasses.replace(t, phase=TIER_PENDING, reason=None, does_not_fit=None, finished_at=None)
+        if t.phase == TIER_SKIPPED and t.does_not_fit
+        else t
+        for t in status.tiers
+    )
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     conditions = tuple(c for c in status.conditions if c.type not in (reasons.DECIDED, reasons.FAILED))
     conditions = set_condition(conditions, reasons.PROFILING, "True", reasons.LADDER_RUNNING, "Profiling every tier.", stamp, 1)
-    out = dataclasses.replace(status, tiers=tiers, conditions=conditions, decision=None, decided_tier=None, finished_at=None,
-                              current_tier=None)
+    out = dataclasses.replace(
+        status, tiers=tiers, conditions=conditions, decision=None, decided_tier=None, finished_at=None, current_tier=None
+    )
     return dataclasses.replace(out, phase=derive_phase(out.conditions))
 
 
-def run_ladder(scenario: Scenario, variant: Variant, measurements: Measurements, load_model: LoadModel,
-               seed: int, settings: LadderSettings | None = None, max_passes: int = 10_000,
-               spec: ExperimentSpec | None = None) -> RunResult:
+def run_ladder(
+    scenario: Scenario,
+    variant: Variant,
+    measurements: Measurements,
+    load_model: LoadModel,
+    seed: int,
+    settings: LadderSettings | None = None,
+    max_passes: int = 10_000,
+    spec: ExperimentSpec | None = None,
+) -> RunResult:
     """Drive reconcile_step against a virtual cluster until the experiment is Decided or Failed (and return
     the final status's tiers in ``RunResult.status``)."""
     spec = spec or scenario.spec()
@@ -596,15 +722,14 @@ def parallel_timeline(tiers: Sequence[TimelineTier], gpus_per_node: int, nodes: 
     return decided, gpu_minutes
 
 
-def timeline_tiers(result: "RunResult", speculative_from: "RunResult | None" = None) -> list[TimelineTier]:
+def timeline_tiers(result: RunResult, speculative_from: RunResult | None = None) -> list[TimelineTier]:
     """The tiers ``result`` deployed, in order; with ``speculative_from``, plus the next ladder tier it did not
     deploy (taken from that run), which a speculative scheduler would have started early."""
     costs = sorted(result.costs, key=lambda c: c.started)
     out = [TimelineTier(c.tier.gpus, c.ended - c.started, c.load_seconds + c.test_seconds, True) for c in costs]
     if speculative_from is not None and costs:
         last = costs[-1].tier
-        later = sorted((c for c in speculative_from.costs if c.tier.gpus > last.gpus and not c.out_of_memory),
-                       key=lambda c: c.tier.gpus)
+        later = sorted((c for c in speculative_from.costs if c.tier.gpus > last.gpus and not c.out_of_memory), key=lambda c: c.tier.gpus)
         if later:
             c = later[0]
             out.append(TimelineTier(c.tier.gpus, c.ended - c.started, c.load_seconds + c.test_seconds, False))
@@ -623,8 +748,9 @@ class ScenarioSeed:
     variants: dict[str, RunResult] = field(default_factory=dict)
 
 
-def run_scenario_seed(scenario: Scenario, seed: int, measurements: Measurements, load_model: LoadModel,
-                      variants: Sequence[Variant] = VARIANTS) -> ScenarioSeed:
+def run_scenario_seed(
+    scenario: Scenario, seed: int, measurements: Measurements, load_model: LoadModel, variants: Sequence[Variant] = VARIANTS
+) -> ScenarioSeed:
     """The exhaustive sweep and every variant for one scenario and seed."""
     out = ScenarioSeed(scenario, seed, run_ladder(scenario, REFERENCE, measurements, load_model, seed))
     for v in variants:
@@ -663,15 +789,37 @@ def scenario_table(results: Sequence[ScenarioSeed]) -> str:
         agree = sum(1 for a, b in zip(ref, lad) if a.decision == b.decision)
         ref_gm = statistics.fmean(x.gpu_minutes for x in ref)
         lad_gm = statistics.fmean(x.gpu_minutes for x in lad)
-        rows.append([
-            key, _mode([x.decision for x in ref]), _mode([f"{x.decision} {x.rule}" if x.decision else None for x in lad]),
-            f"{agree}/{len(rs)}", _fmt_min(ref_gm), _fmt_min(lad_gm), f"{lad_gm / ref_gm:.0%}" if ref_gm else "-",
-            f"{statistics.fmean(x.load_gpu_minutes for x in lad) / lad_gm:.0%}" if lad_gm else "-",
-            _fmt_min(statistics.fmean(x.wall_seconds for x in ref) / 60), _fmt_min(statistics.fmean(x.wall_seconds for x in lad) / 60),
-            "/".join(str(x.tiers_measured) for x in (ref[0], lad[0])),
-        ])
-    return _table(["scenario (model/fleet/workload)", "sweep decides", "ladder decides (rule)", "same", "sweep GPU-min",
-                   "ladder GPU-min", "ratio", "load share", "sweep wall min", "ladder wall min", "measured tiers"], rows)
+        rows.append(
+            [
+                key,
+                _mode([x.decision for x in ref]),
+                _mode([f"{x.decision} {x.rule}" if x.decision else None for x in lad]),
+                f"{agree}/{len(rs)}",
+                _fmt_min(ref_gm),
+                _fmt_min(lad_gm),
+                f"{lad_gm / ref_gm:.0%}" if ref_gm else "-",
+                f"{statistics.fmean(x.load_gpu_minutes for x in lad) / lad_gm:.0%}" if lad_gm else "-",
+                _fmt_min(statistics.fmean(x.wall_seconds for x in ref) / 60),
+                _fmt_min(statistics.fmean(x.wall_seconds for x in lad) / 60),
+                "/".join(str(x.tiers_measured) for x in (ref[0], lad[0])),
+            ]
+        )
+    return _table(
+        [
+            "scenario (model/fleet/workload)",
+            "sweep decides",
+            "ladder decides (rule)",
+            "same",
+            "sweep GPU-min",
+            "ladder GPU-min",
+            "ratio",
+            "load share",
+            "sweep wall min",
+            "ladder wall min",
+            "measured tiers",
+        ],
+        rows,
+    )
 
 
 def lever_rows(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet]) -> list[list[str]]:
@@ -682,7 +830,15 @@ def lever_rows(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet]) -> lis
 
     def row(name: str, runs: Sequence[RunResult], gm: float, wall: float, note: str) -> list[str]:
         agree = sum(1 for r, x in zip(results, runs) if x.decision == r.reference.decision)
-        return [name, f"{agree}/{n} ({agree / n:.1%})", f"{gm:.0f}", f"{gm / ref_gm:.1%}", f"{wall / 60:.0f}", f"{wall / ref_wall:.1%}", note]
+        return [
+            name,
+            f"{agree}/{n} ({agree / n:.1%})",
+            f"{gm:.0f}",
+            f"{gm / ref_gm:.1%}",
+            f"{wall / 60:.0f}",
+            f"{wall / ref_wall:.1%}",
+            note,
+        ]
 
     for v in VARIANTS:
         runs = [r.variants[v.name] for r in results]
@@ -697,24 +853,46 @@ def lever_rows(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet]) -> lis
         w, g = parallel_timeline(timeline_tiers(r.variants["ladder"], r.reference), f.gpus_per_node, f.nodes, 2)
         wall_two += w
         gm_two += g
-    rows.append(row("sweep, tiers at once", [r.reference for r in results], gm_all, wall_all,
-                    "lever: every tier at once where the fleet has room (timeline)"))
-    rows.append(row("ladder, 2 tiers at once", [r.variants["ladder"] for r in results], gm_two, wall_two,
-                    "lever: next tier deployed while the current one measures (timeline)"))
+    rows.append(
+        row(
+            "sweep, tiers at once",
+            [r.reference for r in results],
+            gm_all,
+            wall_all,
+            "lever: every tier at once where the fleet has room (timeline)",
+        )
+    )
+    rows.append(
+        row(
+            "ladder, 2 tiers at once",
+            [r.variants["ladder"] for r in results],
+            gm_two,
+            wall_two,
+            "lever: next tier deployed while the current one measures (timeline)",
+        )
+    )
     # Model load apart: what a node-local cache would leave.
     for name, key in (("ladder, node-local model cache", "ladder"), ("all levers + cache", "all levers")):
         runs = [r.variants[key] for r in results]
         load = sum(x.load_gpu_minutes for x in runs)
         cached = sum(x.cached_load_gpu_minutes() for x in runs)
         gm = sum(x.gpu_minutes for x in runs)
-        rows.append(row(name, runs, gm - load + cached, sum(x.wall_seconds for x in runs),
-                        f"lever: model load {load:.0f} of {gm:.0f} GPU-min; {cached:.0f} if each node fetched the weights once"))
+        rows.append(
+            row(
+                name,
+                runs,
+                gm - load + cached,
+                sum(x.wall_seconds for x in runs),
+                f"lever: model load {load:.0f} of {gm:.0f} GPU-min; {cached:.0f} if each node fetched the weights once",
+            )
+        )
     return rows
 
 
 def lever_table(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet]) -> str:
-    return _table(["variant", "same decision as the sweep", "GPU-min", "vs sweep", "wall min", "vs sweep", "what"],
-                  lever_rows(results, fleets))
+    return _table(
+        ["variant", "same decision as the sweep", "GPU-min", "vs sweep", "wall min", "vs sweep", "what"], lever_rows(results, fleets)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -747,12 +925,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         for seed in range(1, args.seeds + 1):
             results.append(run_scenario_seed(scenario, seed, measurements, load_model))
         print(f"  {scenario.key}: done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
-    print(f"decision cost: {len(results)} scenario-seeds ({len(results) // args.seeds} scenarios x {args.seeds} seeds), "
-          f"noise 0.02, ladder TP 1/2/4/8, default stop rules")
-    print(f"model load (assumed): fetch {load_model.fetch_gbps:g} GB/s per engine + shard {load_model.h2d_gbps:g} GB/s per GPU "
-          f"+ {load_model.engine_init_s:g} s engine init; out-of-memory tiers fail after fetch + shard")
-    print(f"adaptive stop: {rule.confidence:.0%} confidence, throughput half-width <= {rule.throughput_rel_half_width:.0%}, "
-          f"P99 interval <= {rule.p99_rel_width:.0%} of P99, at most the fixed plan's requests")
+    print(
+        f"decision cost: {len(results)} scenario-seeds ({len(results) // args.seeds} scenarios x {args.seeds} seeds), "
+        f"noise 0.02, ladder TP 1/2/4/8, default stop rules"
+    )
+    print(
+        f"model load (assumed): fetch {load_model.fetch_gbps:g} GB/s per engine + shard {load_model.h2d_gbps:g} GB/s per GPU "
+        f"+ {load_model.engine_init_s:g} s engine init; out-of-memory tiers fail after fetch + shard"
+    )
+    print(
+        f"adaptive stop: {rule.confidence:.0%} confidence, throughput half-width <= {rule.throughput_rel_half_width:.0%}, "
+        f"P99 interval <= {rule.p99_rel_width:.0%} of P99, at most the fixed plan's requests"
+    )
     print()
     print(scenario_table(results))
     print()
@@ -762,9 +946,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ratio = sum(r.variants["ladder"].gpu_minutes for r in results) / sum(r.reference.gpu_minutes for r in results)
     per = [r.variants["ladder"].gpu_minutes / r.reference.gpu_minutes for r in results if r.reference.gpu_minutes]
     print()
-    print(f"ladder vs sweep: same decision in {agree}/{n} scenario-seeds ({agree / n:.1%}; goal >= 95%), "
-          f"GPU-minutes {ratio:.1%} of the sweep in total (goal <= 40%); per scenario-seed median {statistics.median(per):.0%}, "
-          f"{sum(1 for x in per if x <= 0.40)}/{len(per)} at or under 40%")
+    print(
+        f"ladder vs sweep: same decision in {agree}/{n} scenario-seeds ({agree / n:.1%}; goal >= 95%), "
+        f"GPU-minutes {ratio:.1%} of the sweep in total (goal <= 40%); per scenario-seed median {statistics.median(per):.0%}, "
+        f"{sum(1 for x in per if x <= 0.40)}/{len(per)} at or under 40%"
+    )
     print(f"simulated load tests: {measurements.cpu_seconds:.0f} CPU-s; benchmark wall {time.perf_counter() - started:.0f} s")
     return 0
 

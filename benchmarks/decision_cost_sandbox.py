@@ -70,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     for key in [k.strip() for k in args.scenarios.split(",") if k.strip()]:
         parts = key.split("/")
         if len(parts) != 3 or parts[0] not in dc.MODELS or parts[1] not in dc.FLEETS or parts[2] not in dc.WORKLOADS:
-            print(f"decision_cost_sandbox: --scenarios: {key!r} is not model/fleet/workload "
-                  f"({'|'.join(dc.MODELS)}/{'|'.join(dc.FLEETS)}/{'|'.join(dc.WORKLOADS)})", file=sys.stderr)
+            print(
+                f"decision_cost_sandbox: --scenarios: {key!r} is not model/fleet/workload "
+                f"({'|'.join(dc.MODELS)}/{'|'.join(dc.FLEETS)}/{'|'.join(dc.WORKLOADS)})",
+                file=sys.stderr,
+            )
             return 2
         chosen.append(dc.Scenario(dc.MODELS[parts[0]], dc.FLEETS[parts[1]], dc.WORKLOADS[parts[2]]))
 
@@ -86,26 +89,41 @@ def main(argv: list[str] | None = None) -> int:
 
     from kneepoint.sandbox import controlplane
 
-    sandbox = controlplane.up(state_dir=args.state_dir, port_offset=args.port_offset, with_runner=True,
-                              say=lambda line: print(line, file=sys.stderr, flush=True))
+    sandbox = controlplane.up(
+        state_dir=args.state_dir, port_offset=args.port_offset, with_runner=True, say=lambda line: print(line, file=sys.stderr, flush=True)
+    )
     api = controlplane.api_client(sandbox)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     namespace = f"agree-{int(time.time())}"
     core.create_namespace({"metadata": {"name": namespace}})
-    env = dict(os.environ, **OPERATOR_ENV, KUBECONFIG=str(sandbox.kubeconfig), KNEEPOINT_PROMETHEUS_URL=sandbox.prometheus_url,
-               PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        **OPERATOR_ENV,
+        KUBECONFIG=str(sandbox.kubeconfig),
+        KNEEPOINT_PROMETHEUS_URL=sandbox.prometheus_url,
+        PYTHONUNBUFFERED="1",
+    )
     env.pop("KNEEPOINT_SANDBOX_PRETEND_SUMMARY", None)
     log_path = sandbox.paths.logs / "operator-agree.log"
     with open(log_path, "wb") as log:
-        operator = subprocess.Popen([sys.executable, "-m", "kneepoint", "operator", "--namespace", namespace], env=env,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        operator = subprocess.Popen(
+            [sys.executable, "-m", "kneepoint", "operator", "--namespace", namespace],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     real: dict[str, dict[str, Any]] = {}
     took: dict[str, float] = {}
     try:
         for i, sc in enumerate(chosen):
             name = f"agree-{i}-{sc.model.name}-{sc.fleet.name}-{sc.workload.name}"
-            body = {"apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment",
-                    "metadata": {"name": name, "namespace": namespace}, "spec": sc.spec_dict("Simulate", REDUCED_LOAD)}
+            body = {
+                "apiVersion": "kneepoint.io/v1alpha1",
+                "kind": "ParallelismExperiment",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": sc.spec_dict("Simulate", REDUCED_LOAD),
+            }
             started = time.monotonic()
             custom.create_namespaced_custom_object("kneepoint.io", "v1alpha1", namespace, "parallelismexperiments", body)
             status: dict[str, Any] = {}
@@ -117,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(3)
             real[sc.key] = status
             took[sc.key] = time.monotonic() - started
-            print(f"  {sc.key}: {status.get('phase')} {status.get('decidedTier') or ''} after {took[sc.key]:.0f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {sc.key}: {status.get('phase')} {status.get('decidedTier') or ''} after {took[sc.key]:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         if operator.poll() is None:
             os.killpg(operator.pid, signal.SIGTERM)
@@ -138,18 +159,22 @@ def main(argv: list[str] | None = None) -> int:
     agree = 0
     for sc in chosen:
         v, r = virtual[sc.key], real.get(sc.key, {})
-        r_decision = (r.get("decision") or {})
+        r_decision = r.get("decision") or {}
         r_label = r.get("decidedTier")
         same = v.decision == r_label
         agree += same
-        print(f"{sc.key}: in-process {v.decision} ({v.rule}); sandbox {r_label} ({r_decision.get('rule')}) "
-              f"after {took.get(sc.key, 0):.0f} s -> {'same' if same else 'DIFFERENT'}")
+        print(
+            f"{sc.key}: in-process {v.decision} ({v.rule}); sandbox {r_label} ({r_decision.get('rule')}) "
+            f"after {took.get(sc.key, 0):.0f} s -> {'same' if same else 'DIFFERENT'}"
+        )
         vt = _tiers(v.status.to_dict() if v.status else {})
         rt = _tiers(r)
         for tier in vt:
             a, b = vt[tier], rt.get(tier, ("?", None, None))
-            print(f"    {tier}: in-process {a[0]:<9} {_fmt(a[1]):>6} tok/s P99 {_fmt(a[2]):>6} ms | "
-                  f"sandbox {b[0]:<9} {_fmt(b[1]):>6} tok/s P99 {_fmt(b[2]):>6} ms")
+            print(
+                f"    {tier}: in-process {a[0]:<9} {_fmt(a[1]):>6} tok/s P99 {_fmt(a[2]):>6} ms | "
+                f"sandbox {b[0]:<9} {_fmt(b[1]):>6} tok/s P99 {_fmt(b[2]):>6} ms"
+            )
     print(f"same decision: {agree}/{len(chosen)}; operator log: {log_path}")
     return 0 if agree == len(chosen) else 1
 

@@ -33,7 +33,9 @@ def _run(path: Path) -> dict:
 
 
 def main() -> None:
-    print("| run | point | measured peak alloc GiB | est. weights+KV(+act) GiB | error | NVML-alloc GiB | est. overhead+reserve GiB | diff GiB |")
+    print(
+        "| run | point | measured peak alloc GiB | est. weights+KV(+act) GiB | error | NVML-alloc GiB | est. overhead+reserve GiB | diff GiB |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     worst_peak = worst_overhead = 0.0
     for path in sorted(DATA.glob("llama*_tp*.json")):
@@ -72,10 +74,21 @@ def main() -> None:
     h200 = get_gpu_type("h200")
     arch = get_preset("llama-3-70b")
     print("70B at TP=1 on one H200, 1025 tokens per sequence, whole GPU (utilization 1.0):")
-    for tokens, why in ((1024, "profile = the runs' largest forward pass (1024-token prefill)"), (None, "vLLM's default profile for the H200")):
+    for tokens, why in (
+        (1024, "profile = the runs' largest forward pass (1024-token prefill)"),
+        (None, "vLLM's default profile for the H200"),
+    ):
         for batch in (16, 32):
-            e = estimate_memory(arch, h200, Tier(1), max_model_len=1025, concurrency=batch, context_len=1025, gpu_memory_utilization=1.0,
-                                max_num_batched_tokens=tokens)
+            e = estimate_memory(
+                arch,
+                h200,
+                Tier(1),
+                max_model_len=1025,
+                concurrency=batch,
+                context_len=1025,
+                gpu_memory_utilization=1.0,
+                max_num_batched_tokens=tokens,
+            )
             print(f"  batch {batch}, {why}: fits_target={e.fits_target}, max sequences {e.max_concurrent_sequences}; {e.reason}")
     e = estimate_memory(arch, h200, Tier(1), max_model_len=1025, concurrency=1, context_len=1025, gpu_memory_utilization=0.90)
     print(f"  at gpu-memory-utilization 0.90: fits={e.fits}; {e.reason}")

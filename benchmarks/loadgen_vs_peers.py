@@ -93,11 +93,13 @@ class Scenario:
 SCENARIOS = {
     # A 1B model on one H200: steps of 1-3 ms, so at high concurrency the modelled GPU
     # outruns what one client core can read and the client becomes the limit.
-    "fast": Scenario("fast", "meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b", 1, 128, 128,
-                     {1: 32, 16: 256, 64: 512, 256: 1024, 512: 1536}),
+    "fast": Scenario(
+        "fast", "meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b", 1, 128, 128, {1: 32, 16: 256, 64: 512, 256: 1024, 512: 1536}
+    ),
     # Llama 3.1 8B on one H200 (the calibrated case): 5-40 ms steps, a realistic token rate.
-    "realistic": Scenario("realistic", "meta-llama/Llama-3.1-8B-Instruct", "llama-3-8b", 1, 512, 128,
-                          {1: 16, 16: 256, 64: 512, 256: 1024, 512: 1536}),
+    "realistic": Scenario(
+        "realistic", "meta-llama/Llama-3.1-8B-Instruct", "llama-3-8b", 1, 512, 128, {1: 16, 16: 256, 64: 512, 256: 1024, 512: 1536}
+    ),
 }
 
 
@@ -121,6 +123,7 @@ def pinned(core: int, nice: int = 0, realtime: bool = False):
     SCHED_FIFO (priority 1, root only; the kernel still keeps 5 % of each second for others):
     on a crowded machine, the only way to wake on time rather than after other tasks' slices.
     """
+
     def pin() -> None:
         os.sched_setaffinity(0, {core})
         if realtime:
@@ -132,17 +135,37 @@ def pinned(core: int, nice: int = 0, realtime: bool = False):
                     group.write(str(nice))
             except OSError:
                 pass
+
     return pin
 
 
-def start_simulator(scenario: Scenario, port: int, truth: str, core: int, log: str, nice: int,
-                    realtime: bool) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "kneepoint", "sim", "--model", scenario.model, "--architecture", scenario.architecture,
-           "--tensor-parallel-size", str(scenario.tensor_parallel), "--gpu", "h200", "--port", str(port),
-           "--dcgm-port", "0", "--model-load-seconds", "0", "--truth-log", truth]
+def start_simulator(scenario: Scenario, port: int, truth: str, core: int, log: str, nice: int, realtime: bool) -> subprocess.Popen:
+    cmd = [
+        sys.executable,
+        "-m",
+        "kneepoint",
+        "sim",
+        "--model",
+        scenario.model,
+        "--architecture",
+        scenario.architecture,
+        "--tensor-parallel-size",
+        str(scenario.tensor_parallel),
+        "--gpu",
+        "h200",
+        "--port",
+        str(port),
+        "--dcgm-port",
+        "0",
+        "--model-load-seconds",
+        "0",
+        "--truth-log",
+        truth,
+    ]
     with open(log, "w") as out:
-        server = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pinned(core, nice, realtime), cwd=ROOT,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pinned(core, nice, realtime), cwd=ROOT, start_new_session=True
+        )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -206,8 +229,7 @@ def client_command(client: str, work: Workload, out_dir: str, args: argparse.Nam
 
 
 def read_client(client: str, out_dir: str) -> ClientRun:
-    readers = {"loadgen": read_loadgen, "aiperf": read_aiperf, "guidellm": read_guidellm, "floor": read_floor,
-               "vllm": read_vllm}
+    readers = {"loadgen": read_loadgen, "aiperf": read_aiperf, "guidellm": read_guidellm, "floor": read_floor, "vllm": read_vllm}
     return readers[client](out_dir)
 
 
@@ -237,22 +259,41 @@ def run_once(scenario: Scenario, concurrency: int, repeat: int, client: str, arg
     port = free_port()
     truth_path = os.path.join(run_dir, "truth.jsonl")
     load_before = os.getloadavg()[0]
-    server = start_simulator(scenario, port, truth_path, args.server_core, os.path.join(run_dir, "sim.log"), args.nice,
-                             args.realtime)
-    work = Workload(endpoint=f"http://127.0.0.1:{port}", model=scenario.model, concurrency=concurrency,
-                    num_requests=scenario.num_requests(concurrency), input_len=scenario.input_len,
-                    output_len=scenario.output_len)
+    server = start_simulator(scenario, port, truth_path, args.server_core, os.path.join(run_dir, "sim.log"), args.nice, args.realtime)
+    work = Workload(
+        endpoint=f"http://127.0.0.1:{port}",
+        model=scenario.model,
+        concurrency=concurrency,
+        num_requests=scenario.num_requests(concurrency),
+        input_len=scenario.input_len,
+        output_len=scenario.output_len,
+    )
     cmd = client_command(client, work, run_dir, args)
     env = dict(os.environ, HF_HUB_DISABLE_TELEMETRY="1", DO_NOT_TRACK="1")
-    row = {"scenario": scenario.name, "concurrency": concurrency, "repeat": repeat, "client": client,
-           "numRequests": work.num_requests, "command": cmd, "loadAverageBefore": load_before, "nice": args.nice,
-           "realtime": args.realtime}
+    row = {
+        "scenario": scenario.name,
+        "concurrency": concurrency,
+        "repeat": repeat,
+        "client": client,
+        "numRequests": work.num_requests,
+        "command": cmd,
+        "loadAverageBefore": load_before,
+        "nice": args.nice,
+        "realtime": args.realtime,
+    }
     try:
         server_cpu = ProcessTreeCpu(server.pid).start()
         lag_before = engine_lag_seconds(port)
         with open(os.path.join(run_dir, "client.log"), "w") as log:
-            process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pinned(args.client_core, args.nice, args.realtime),
-                                       start_new_session=True, cwd=run_dir, env=env)
+            process = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=pinned(args.client_core, args.nice, args.realtime),
+                start_new_session=True,
+                cwd=run_dir,
+                env=env,
+            )
         client_cpu = ProcessTreeCpu(process.pid).start()
         try:
             code = process.wait(CLIENT_TIMEOUT_S)
@@ -267,8 +308,13 @@ def run_once(scenario: Scenario, concurrency: int, repeat: int, client: str, arg
         server_cpu.stop()
     finally:
         stop(server)
-    row.update(exitCode=code, loadAverageAfter=os.getloadavg()[0], clientProcessesMax=client_cpu.max_processes,
-               clientAffinities=sorted(client_cpu.affinities), engineLagSeconds=round(lag, 3))
+    row.update(
+        exitCode=code,
+        loadAverageAfter=os.getloadavg()[0],
+        clientProcessesMax=client_cpu.max_processes,
+        clientAffinities=sorted(client_cpu.affinities),
+        engineLagSeconds=round(lag, 3),
+    )
     try:
         result = read_client(client, run_dir)
     except (OSError, KeyError, ValueError) as error:
@@ -283,12 +329,18 @@ def run_once(scenario: Scenario, concurrency: int, repeat: int, client: str, arg
     t0, t1 = result.measured_window()
     cores = client_cpu.cores_between(t0, t1)
     tokens_per_s = sum(r.output_tokens for r in ok) / (t1 - t0)
-    row.update(measured=len(result.requests), failed=len(result.requests) - len(ok), windowSeconds=round(t1 - t0, 3),
-               requestsPerSecond=len(ok) / (t1 - t0), outputTokensPerSecond=tokens_per_s,
-               reportedRequestsPerSecond=result.reported_requests_per_s,
-               reportedOutputTokensPerSecond=result.reported_output_tokens_per_s,
-               clientCores=cores, tokensPerSecondPerClientCore=tokens_per_s / cores if cores > 0 else None,
-               serverCores=server_cpu.cores_between(t0, t1))
+    row.update(
+        measured=len(result.requests),
+        failed=len(result.requests) - len(ok),
+        windowSeconds=round(t1 - t0, 3),
+        requestsPerSecond=len(ok) / (t1 - t0),
+        outputTokensPerSecond=tokens_per_s,
+        reportedRequestsPerSecond=result.reported_requests_per_s,
+        reportedOutputTokensPerSecond=result.reported_output_tokens_per_s,
+        clientCores=cores,
+        tokensPerSecondPerClientCore=tokens_per_s / cores if cores > 0 else None,
+        serverCores=server_cpu.cores_between(t0, t1),
+    )
     joined = join(result, truth)
     if joined is not None:
         row["ttft"] = asdict(joined)
@@ -320,8 +372,11 @@ def aggregate(rows: list[dict]) -> dict[tuple[str, int, str], dict]:
         tps = [r["outputTokensPerSecond"] for r in runs]
         ttft = [r["ttft"] for r in runs if r.get("ttft")]
         out[key] = {
-            "runs": len(runs), "rps": _mean([r["requestsPerSecond"] for r in runs]), "tps": _mean(tps),
-            "tpsSpread": _spread(tps), "tpsRange": (min(tps), max(tps)),
+            "runs": len(runs),
+            "rps": _mean([r["requestsPerSecond"] for r in runs]),
+            "tps": _mean(tps),
+            "tpsSpread": _spread(tps),
+            "tpsRange": (min(tps), max(tps)),
             "reportedTps": _mean([r["reportedOutputTokensPerSecond"] or float("nan") for r in runs]),
             "cores": _mean([r["clientCores"] for r in runs]),
             "perCore": _mean([r["tokensPerSecondPerClientCore"] or float("nan") for r in runs]),
@@ -338,8 +393,10 @@ def aggregate(rows: list[dict]) -> dict[tuple[str, int, str], dict]:
             "wayOut": _mean([t.get("way_out_p50_ms", float("nan")) for t in ttft]) if ttft else float("nan"),
             "injectedP50": _mean([t["injected_ttft_p50_ms"] for t in ttft]) if ttft else float("nan"),
             "prompt": _mean([t["served_prompt_tokens_p50"] for t in ttft]) if ttft else float("nan"),
-            "joined": sum(t["joined"] for t in ttft), "unmatched": sum(t["unmatched"] for t in ttft),
-            "failed": sum(r["failed"] for r in runs), "load": _mean([r["loadAverageBefore"] for r in runs]),
+            "joined": sum(t["joined"] for t in ttft),
+            "unmatched": sum(t["unmatched"] for t in ttft),
+            "failed": sum(r["failed"] for r in runs),
+            "load": _mean([r["loadAverageBefore"] for r in runs]),
         }
     return out
 
@@ -354,34 +411,43 @@ def render(rows: list[dict]) -> str:
     scenarios = sorted({k[0] for k in agg}, key=lambda s: list(SCENARIOS).index(s) if s in SCENARIOS else 99)
     for scenario in scenarios:
         points = sorted({k[1] for k in agg if k[0] == scenario})
-        cells = [(c, client, agg[(scenario, c, client)]) for c in points for client in CLIENT_ORDER
-                 if (scenario, c, client) in agg]
-        lines += [f"\n### {scenario}: throughput, client CPU, median TTFT error\n",
-                  "| conc. | client | runs | req/s | output tok/s (spread) | client cores | tok/s per client core "
-                  "| TTFT abs. error P50 ms (range) | server cores | engine lag s | load avg |",
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        cells = [(c, client, agg[(scenario, c, client)]) for c in points for client in CLIENT_ORDER if (scenario, c, client) in agg]
+        lines += [
+            f"\n### {scenario}: throughput, client CPU, median TTFT error\n",
+            "| conc. | client | runs | req/s | output tok/s (spread) | client cores | tok/s per client core "
+            "| TTFT abs. error P50 ms (range) | server cores | engine lag s | load avg |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for c, client, e in cells:
             rng = e["errP50Range"]
             err = f"{e['errP50']:.2f} ({rng[0]:.2f}-{rng[1]:.2f})" if rng else "n/a"
-            lines.append(f"| {c} | {client} | {e['runs']} | {e['rps']:,.1f} | {e['tps']:,.0f} ({e['tpsSpread']:.0%}) "
-                         f"| {e['cores']:.2f} | {e['perCore']:,.0f} | {err} | {e['serverCores']:.2f} | {e['lag']:.2f} "
-                         f"| {e['load']:.1f} |")
-        lines += [f"\n### {scenario}: TTFT against the simulator's truth\n",
-                  "| conc. | client | vs injected: abs. P50 ms | abs. P99 ms | signed P50 ms "
-                  "| vs socket: abs. P50 ms | abs. P99 ms | signed P50 ms | way in P50 ms | way out P50 ms "
-                  "| injected TTFT P50 ms | prompt tokens served P50 | joined (unmatched) | failed | reported tok/s |",
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            lines.append(
+                f"| {c} | {client} | {e['runs']} | {e['rps']:,.1f} | {e['tps']:,.0f} ({e['tpsSpread']:.0%}) "
+                f"| {e['cores']:.2f} | {e['perCore']:,.0f} | {err} | {e['serverCores']:.2f} | {e['lag']:.2f} "
+                f"| {e['load']:.1f} |"
+            )
+        lines += [
+            f"\n### {scenario}: TTFT against the simulator's truth\n",
+            "| conc. | client | vs injected: abs. P50 ms | abs. P99 ms | signed P50 ms "
+            "| vs socket: abs. P50 ms | abs. P99 ms | signed P50 ms | way in P50 ms | way out P50 ms "
+            "| injected TTFT P50 ms | prompt tokens served P50 | joined (unmatched) | failed | reported tok/s |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for c, client, e in cells:
             reported = f"{e['reportedTps']:,.0f}" if e["reportedTps"] == e["reportedTps"] else "-"
-            lines.append(f"| {c} | {client} | {e['errP50']:.2f} | {e['errP99']:.2f} | {e['signedP50']:+.2f} "
-                         f"| {e['sockP50']:.2f} | {e['sockP99']:.2f} | {e['sockSigned']:+.2f} "
-                         f"| {e['wayIn']:.2f} | {e['wayOut']:.2f} | {e['injectedP50']:.1f} | {e['prompt']:.0f} "
-                         f"| {e['joined']} ({e['unmatched']}) | {e['failed']} | {reported} |")
-        lines += [f"\n### {scenario}: kneepoint loadgen against the best peer\n",
-                  "| conc. | tok/s: loadgen / best peer | tok/s per client core: loadgen / best peer "
-                  "| TTFT error vs injected, P50 ms: loadgen, best peer, floor "
-                  "| vs socket, P50 ms: loadgen, best peer, floor |",
-                  "|---:|---:|---:|---|---|"]
+            lines.append(
+                f"| {c} | {client} | {e['errP50']:.2f} | {e['errP99']:.2f} | {e['signedP50']:+.2f} "
+                f"| {e['sockP50']:.2f} | {e['sockP99']:.2f} | {e['sockSigned']:+.2f} "
+                f"| {e['wayIn']:.2f} | {e['wayOut']:.2f} | {e['injectedP50']:.1f} | {e['prompt']:.0f} "
+                f"| {e['joined']} ({e['unmatched']}) | {e['failed']} | {reported} |"
+            )
+        lines += [
+            f"\n### {scenario}: kneepoint loadgen against the best peer\n",
+            "| conc. | tok/s: loadgen / best peer | tok/s per client core: loadgen / best peer "
+            "| TTFT error vs injected, P50 ms: loadgen, best peer, floor "
+            "| vs socket, P50 ms: loadgen, best peer, floor |",
+            "|---:|---:|---:|---|---|",
+        ]
         for c in points:
             mine = agg.get((scenario, c, "loadgen"))
             peers = [agg[(scenario, c, p)] for p in PEERS if (scenario, c, p) in agg]
@@ -394,9 +460,11 @@ def render(rows: list[dict]) -> str:
             floor_err = f"{floor['errP50']:.2f}" if floor else "n/a"
             floor_sock = f"{floor['sockP50']:.2f}" if floor else "n/a"
             best_sock = min(p["sockP50"] for p in peers)
-            lines.append(f"| {c} | {mine['tps'] / best_tps:.2f}x | {mine['perCore'] / best_core:.2f}x "
-                         f"| {mine['errP50']:.2f}, {best_err:.2f}, {floor_err} "
-                         f"| {mine['sockP50']:.2f}, {best_sock:.2f}, {floor_sock} |")
+            lines.append(
+                f"| {c} | {mine['tps'] / best_tps:.2f}x | {mine['perCore'] / best_core:.2f}x "
+                f"| {mine['errP50']:.2f}, {best_err:.2f}, {floor_err} "
+                f"| {mine['sockP50']:.2f}, {best_sock:.2f}, {floor_sock} |"
+            )
     return "\n".join(lines)
 
 
@@ -430,18 +498,26 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--clients", default="loadgen,aiperf,guidellm,vllm,floor")
     parser.add_argument("--peers-venv", default=os.path.expanduser("~/.cache/kneepoint/peers-venv"))
-    parser.add_argument("--vllm-venv", default=os.path.expanduser("~/.cache/kneepoint/vllm-venv"),
-                        help="the environment holding vllm (its bench serve runs without GPUs)")
+    parser.add_argument(
+        "--vllm-venv",
+        default=os.path.expanduser("~/.cache/kneepoint/vllm-venv"),
+        help="the environment holding vllm (its bench serve runs without GPUs)",
+    )
     parser.add_argument("--tokenizer", default=os.path.expanduser("~/.cache/kneepoint/bench-tokenizer"))
     parser.add_argument("--out", default=None, help="directory for exports and results.jsonl (default: a new one in /tmp)")
     parser.add_argument("--quiet-load", type=float, default=4.0, help="wait for a 1-minute load average under this")
     parser.add_argument("--quiet-wait", type=float, default=90.0, help="but at most this many seconds per run")
-    parser.add_argument("--nice", type=int, default=0,
-                        help="niceness of the simulator and the client (negative needs root): on a shared machine, "
-                             "less run-queue delay in the timestamps")
-    parser.add_argument("--realtime", action="store_true",
-                        help="run the simulator and the client under SCHED_FIFO (root; only for scenarios that leave "
-                             "the cores mostly idle)")
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="niceness of the simulator and the client (negative needs root): on a shared machine, less run-queue delay in the timestamps",
+    )
+    parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help="run the simulator and the client under SCHED_FIFO (root; only for scenarios that leave the cores mostly idle)",
+    )
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
     parser.add_argument("--report", default=None, metavar="RESULTS_JSONL", help="only print the tables of a finished run")
@@ -469,13 +545,13 @@ def main() -> int:
     versions = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
     for peer in [c for c in clients if c in PEERS]:
         peer_python = os.path.join(peer_venv(peer, args), "bin", "python")
-        probe = subprocess.run([peer_python, "-c", f"import importlib.metadata as m; print(m.version({peer!r}))"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [peer_python, "-c", f"import importlib.metadata as m; print(m.version({peer!r}))"], capture_output=True, text=True
+        )
         versions[peer] = probe.stdout.strip() or "?"
     with open(os.path.join(args.out, "versions.json"), "w", encoding="utf-8") as handle:
         json.dump(versions, handle)
-    print(f"results: {args.out}/results.jsonl; server core {args.server_core}, client core {args.client_core}; "
-          f"{versions}", flush=True)
+    print(f"results: {args.out}/results.jsonl; server core {args.server_core}, client core {args.client_core}; {versions}", flush=True)
     results = os.path.join(args.out, "results.jsonl")
     rows = []
     done: set[tuple] = set()
@@ -495,11 +571,13 @@ def main() -> int:
                     rows.append(row)
                     with open(results, "a", encoding="utf-8") as handle:
                         handle.write(json.dumps(row) + "\n")
-                    brief = (f"{row['outputTokensPerSecond']:,.0f} tok/s, client {row['clientCores']:.2f} cores, "
-                             f"TTFT err P50 {row.get('ttft', {}).get('abs_error_p50_ms', float('nan')):.2f} ms"
-                             if "outputTokensPerSecond" in row else row.get("error", "?"))
-                    print(f"{name} c={concurrency} r={repeat} {client}: {brief} (load {row['loadAverageBefore']:.1f})",
-                          flush=True)
+                    brief = (
+                        f"{row['outputTokensPerSecond']:,.0f} tok/s, client {row['clientCores']:.2f} cores, "
+                        f"TTFT err P50 {row.get('ttft', {}).get('abs_error_p50_ms', float('nan')):.2f} ms"
+                        if "outputTokensPerSecond" in row
+                        else row.get("error", "?")
+                    )
+                    print(f"{name} c={concurrency} r={repeat} {client}: {brief} (load {row['loadAverageBefore']:.1f})", flush=True)
     print(render(rows))
     return 0
 

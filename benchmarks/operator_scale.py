@@ -53,13 +53,41 @@ import yaml
 # A load-generator summary (CONTRACTS A) every pretend load test reports. Every tier gets the
 # same one, so the throughput-gain rule stops each ladder after TP1 -> TP2 (two tiers).
 PRETEND_SUMMARY = {
-    "v": 1, "ok": True, "outputTokensPerSecond": 1000.0, "totalTokensPerSecond": 5000.0, "requestsPerSecond": 7.8,
-    "ttftP50Ms": 100.0, "ttftP90Ms": 120.0, "ttftP95Ms": 130.0, "ttftP99Ms": 150.0, "ttftMeanMs": 105.0,
-    "tpotMeanMs": 20.0, "tpotP99Ms": 25.0, "itlP99Ms": 30.0, "latencyP50Ms": 2600.0, "latencyP90Ms": 2800.0,
-    "latencyP95Ms": 2900.0, "latencyP99Ms": 3000.0, "latencyMeanMs": 2650.0, "completed": 200, "failed": 0,
-    "errorFraction": 0.0, "errors": {}, "inputTokensAsked": 512, "inputTokensServed": 513, "outputTokensAsked": 128,
-    "outputTokensServed": 128, "concurrency": 32, "repeats": 1, "keptRepeat": 0, "repeatOutputTokensPerSecond": [1000.0],
-    "clientLimited": False, "clientCpuPeak": 0.1, "loopLagP99Ms": 1.0, "startedAt": None, "finishedAt": None,
+    "v": 1,
+    "ok": True,
+    "outputTokensPerSecond": 1000.0,
+    "totalTokensPerSecond": 5000.0,
+    "requestsPerSecond": 7.8,
+    "ttftP50Ms": 100.0,
+    "ttftP90Ms": 120.0,
+    "ttftP95Ms": 130.0,
+    "ttftP99Ms": 150.0,
+    "ttftMeanMs": 105.0,
+    "tpotMeanMs": 20.0,
+    "tpotP99Ms": 25.0,
+    "itlP99Ms": 30.0,
+    "latencyP50Ms": 2600.0,
+    "latencyP90Ms": 2800.0,
+    "latencyP95Ms": 2900.0,
+    "latencyP99Ms": 3000.0,
+    "latencyMeanMs": 2650.0,
+    "completed": 200,
+    "failed": 0,
+    "errorFraction": 0.0,
+    "errors": {},
+    "inputTokensAsked": 512,
+    "inputTokensServed": 513,
+    "outputTokensAsked": 128,
+    "outputTokensServed": 128,
+    "concurrency": 32,
+    "repeats": 1,
+    "keptRepeat": 0,
+    "repeatOutputTokensPerSecond": [1000.0],
+    "clientLimited": False,
+    "clientCpuPeak": 0.1,
+    "loopLagP99Ms": 1.0,
+    "startedAt": None,
+    "finishedAt": None,
     "durationSeconds": 25.6,
 }
 OPERATOR_ENV = {
@@ -72,11 +100,34 @@ OPERATOR_ENV = {
 def fleet_document(nodes: int) -> dict[str, Any]:
     """Four fifths 8x H200 NVLink nodes, one fifth 8x L40S PCIe nodes."""
     h200 = max(1, nodes * 4 // 5)
-    groups = [{"namePrefix": "h200", "count": h200, "gpuProduct": "NVIDIA-H200", "gpuCount": 8, "gpuMemoryMiB": 143771,
-               "interconnect": "nvlink", "nvlinkDomainSize": 8, "cpu": "192", "memory": "2Ti", "interNodeGbps": 400}]
+    groups = [
+        {
+            "namePrefix": "h200",
+            "count": h200,
+            "gpuProduct": "NVIDIA-H200",
+            "gpuCount": 8,
+            "gpuMemoryMiB": 143771,
+            "interconnect": "nvlink",
+            "nvlinkDomainSize": 8,
+            "cpu": "192",
+            "memory": "2Ti",
+            "interNodeGbps": 400,
+        }
+    ]
     if nodes - h200 > 0:
-        groups.append({"namePrefix": "l40s", "count": nodes - h200, "gpuProduct": "NVIDIA-L40S", "gpuCount": 8,
-                       "gpuMemoryMiB": 46068, "interconnect": "pcie", "nvlinkDomainSize": 1, "cpu": "64", "memory": "512Gi"})
+        groups.append(
+            {
+                "namePrefix": "l40s",
+                "count": nodes - h200,
+                "gpuProduct": "NVIDIA-L40S",
+                "gpuCount": 8,
+                "gpuMemoryMiB": 46068,
+                "interconnect": "pcie",
+                "nvlinkDomainSize": 1,
+                "cpu": "64",
+                "memory": "512Gi",
+            }
+        )
     return {"kind": "SandboxFleet", "nodeGroups": groups}
 
 
@@ -106,7 +157,7 @@ def free_port() -> int:
 # Prometheus text
 
 
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -176,6 +227,7 @@ def apiserver_watches(samples: list[tuple[str, dict[str, str], float]]) -> dict[
 
 def apiserver_latency(before: list[tuple[str, dict[str, str], float]], after: list[tuple[str, dict[str, str], float]]) -> dict[str, float]:
     """Mean API-server request duration per verb between two scrapes (every client's requests), seconds."""
+
     def sums(samples: list[tuple[str, dict[str, str], float]]) -> dict[tuple[str, str], float]:
         out: dict[tuple[str, str], float] = {}
         for name, labels, v in samples:
@@ -183,6 +235,7 @@ def apiserver_latency(before: list[tuple[str, dict[str, str], float]], after: li
                 key = (name.rsplit("_", 1)[1], labels.get("verb", "?"))
                 out[key] = out.get(key, 0.0) + v
         return out
+
     a, b = sums(before), sums(after)
     verbs = {verb for _, verb in b}
     result = {}
@@ -209,8 +262,11 @@ class ProcessSampler(threading.Thread):
 
     def sample(self) -> tuple[float, float, float, int]:
         times = self.proc.cpu_times()
-        conns = sum(1 for c in self.proc.net_connections(kind="tcp")
-                    if c.raddr and c.raddr.port == self.apiserver_port and c.status == psutil.CONN_ESTABLISHED)
+        conns = sum(
+            1
+            for c in self.proc.net_connections(kind="tcp")
+            if c.raddr and c.raddr.port == self.apiserver_port and c.status == psutil.CONN_ESTABLISHED
+        )
         return (time.monotonic(), float(self.proc.memory_info().rss), times.user + times.system, conns)
 
     def run(self) -> None:
@@ -241,8 +297,9 @@ class FirstChildWatch(threading.Thread):
     def run(self) -> None:
         self.ready.set()
         try:
-            for event in self.watch.stream(self.apps.list_namespaced_deployment, self.namespace,
-                                           label_selector="kneepoint.io/role=engine", timeout_seconds=3600):
+            for event in self.watch.stream(
+                self.apps.list_namespaced_deployment, self.namespace, label_selector="kneepoint.io/role=engine", timeout_seconds=3600
+            ):
                 if event["type"] == "ADDED":
                     owner = (event["object"].metadata.labels or {}).get("kneepoint.io/experiment")
                     if owner and owner not in self.first:
@@ -289,8 +346,13 @@ def main(argv: list[str] | None = None) -> int:
     fleet_path.parent.mkdir(parents=True, exist_ok=True)
     fleet_path.write_text(yaml.safe_dump(fleet_document(args.nodes), sort_keys=False))
     began = time.monotonic()
-    sandbox = controlplane.up(state_dir=args.state_dir, fleet_path=fleet_path, port_offset=args.port_offset,
-                              with_runner=False, say=lambda line: print(line, file=sys.stderr, flush=True))
+    sandbox = controlplane.up(
+        state_dir=args.state_dir,
+        fleet_path=fleet_path,
+        port_offset=args.port_offset,
+        with_runner=False,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     print(f"sandbox up with {args.nodes} nodes in {time.monotonic() - began:.0f} s", file=sys.stderr)
     api = controlplane.api_client(sandbox)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -305,14 +367,22 @@ def main(argv: list[str] | None = None) -> int:
     watches_before = apiserver_watches(server_before)
 
     metrics_port = free_port()
-    env = dict(os.environ, **OPERATOR_ENV, KUBECONFIG=str(sandbox.kubeconfig), KNEEPOINT_PROMETHEUS_URL=sandbox.prometheus_url,
-               KNEEPOINT_METRICS_PORT=str(metrics_port), KNEEPOINT_METRICS_ADDRESS="127.0.0.1", PYTHONUNBUFFERED="1",
-               KNEEPOINT_SANDBOX_PRETEND_SUMMARY=json.dumps(PRETEND_SUMMARY, separators=(",", ":")))
+    env = dict(
+        os.environ,
+        **OPERATOR_ENV,
+        KUBECONFIG=str(sandbox.kubeconfig),
+        KNEEPOINT_PROMETHEUS_URL=sandbox.prometheus_url,
+        KNEEPOINT_METRICS_PORT=str(metrics_port),
+        KNEEPOINT_METRICS_ADDRESS="127.0.0.1",
+        PYTHONUNBUFFERED="1",
+        KNEEPOINT_SANDBOX_PRETEND_SUMMARY=json.dumps(PRETEND_SUMMARY, separators=(",", ":")),
+    )
     log_path = sandbox.paths.logs / "operator-scale.log"
     sampler: ProcessSampler | None = None
     with open(log_path, "wb") as log:
-        operator = subprocess.Popen([sys.executable, "-m", "kneepoint", "operator"],
-                                    env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        operator = subprocess.Popen(
+            [sys.executable, "-m", "kneepoint", "operator"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -332,8 +402,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         for i in range(args.experiments):
             name = f"exp-{i:03d}"
-            custom.create_namespaced_custom_object("kneepoint.io", "v1alpha1", namespace, "parallelismexperiments",
-                                                   experiment(name, namespace, i))
+            custom.create_namespaced_custom_object(
+                "kneepoint.io", "v1alpha1", namespace, "parallelismexperiments", experiment(name, namespace, i)
+            )
             applied[name] = time.monotonic()
         print(f"created {args.experiments} experiments in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
 
@@ -391,32 +462,53 @@ def main(argv: list[str] | None = None) -> int:
     print(f"all decided or failed after {t_done - t0:.0f} s; outcomes: {', '.join(f'{k} {v}' for k, v in sorted(decisions.items()))}")
     rows = [
         ("reconcile passes", f"{passes:.0f} ({passes / n:.1f} per experiment)"),
-        ("reconcile latency p50 / p99 (histogram)", f"{histogram_quantile(0.5, buckets_busy) * 1000:.0f} ms / "
-                                                    f"{histogram_quantile(0.99, buckets_busy) * 1000:.0f} ms "
-                                                    f"(mean {total_seconds / max(count, 1) * 1000:.0f} ms)"),
+        (
+            "reconcile latency p50 / p99 (histogram)",
+            f"{histogram_quantile(0.5, buckets_busy) * 1000:.0f} ms / "
+            f"{histogram_quantile(0.99, buckets_busy) * 1000:.0f} ms "
+            f"(mean {total_seconds / max(count, 1) * 1000:.0f} ms)",
+        ),
         ("API requests per experiment (until all decided)", f"{total_busy / n:.1f} ({total_busy:.0f} in all)"),
-        ("API requests while idle", f"{total_idle:.0f} in {t_idle_end - t_done:.0f} s "
-                                    f"({total_idle / n / max(t_idle_end - t_done, 1) * 3600:.1f} per experiment per hour)"),
+        (
+            "API requests while idle",
+            f"{total_idle:.0f} in {t_idle_end - t_done:.0f} s "
+            f"({total_idle / n / max(t_idle_end - t_done, 1) * 3600:.1f} per experiment per hour)",
+        ),
         ("watch streams the operator opened (apiserver)", ", ".join(f"{k} {v:.0f}" for k, v in sorted(operator_watches.items())) or "none"),
-        ("operator TCP connections to the API server", f"max {max(s[3] for s in sampler.samples)}, "
-                                                       f"idle {idle_samples[-1][3] if idle_samples else 'n/a'}"),
-        ("operator CPU", f"{cpu_active:.1f} s while the experiments ran ({cpu_active / max(t_done - t0, 1):.0%} of a core), "
-                         f"{cpu_idle:.1f} s in {t_idle_end - t_done:.0f} s idle"),
+        (
+            "operator TCP connections to the API server",
+            f"max {max(s[3] for s in sampler.samples)}, idle {idle_samples[-1][3] if idle_samples else 'n/a'}",
+        ),
+        (
+            "operator CPU",
+            f"{cpu_active:.1f} s while the experiments ran ({cpu_active / max(t_done - t0, 1):.0%} of a core), "
+            f"{cpu_idle:.1f} s in {t_idle_end - t_done:.0f} s idle",
+        ),
         ("operator resident memory, peak", f"{rss_peak:.0f} MiB"),
-        ("apply -> first child (engine Deployment)", f"p50 {pct(to_child, 0.5):.2f} s, p99 {pct(to_child, 0.99):.2f} s, "
-                                                      f"max {max(to_child):.2f} s ({len(to_child)} of {n} seen)"),
+        (
+            "apply -> first child (engine Deployment)",
+            f"p50 {pct(to_child, 0.5):.2f} s, p99 {pct(to_child, 0.99):.2f} s, max {max(to_child):.2f} s ({len(to_child)} of {n} seen)",
+        ),
     ]
     width = max(len(r[0]) for r in rows)
     for label, value in rows:
         print(f"{label.ljust(width)}  {value}")
     latency = apiserver_latency(server_before, server_after)
-    print("API server mean request latency while the experiments ran (all clients): " + ", ".join(
-        f"{verb} {latency[verb] * 1000:.0f} ms" for verb in sorted(latency)))
+    print(
+        "API server mean request latency while the experiments ran (all clients): "
+        + ", ".join(f"{verb} {latency[verb] * 1000:.0f} ms" for verb in sorted(latency))
+    )
     print(f"machine load average (1/5/15 min) at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
-    print("API requests by method (until all decided): " + ", ".join(
-        f"{m} {req_busy[m] - req_start.get(m, 0):.0f}" for m in sorted(req_busy, key=lambda m: -(req_busy[m] - req_start.get(m, 0)))))
-    print("API requests by method (idle): " + (", ".join(
-        f"{m} {req_idle[m] - req_busy.get(m, 0):.0f}" for m in sorted(req_idle) if req_idle[m] - req_busy.get(m, 0)) or "none"))
+    print(
+        "API requests by method (until all decided): "
+        + ", ".join(
+            f"{m} {req_busy[m] - req_start.get(m, 0):.0f}" for m in sorted(req_busy, key=lambda m: -(req_busy[m] - req_start.get(m, 0)))
+        )
+    )
+    print(
+        "API requests by method (idle): "
+        + (", ".join(f"{m} {req_idle[m] - req_busy.get(m, 0):.0f}" for m in sorted(req_idle) if req_idle[m] - req_busy.get(m, 0)) or "none")
+    )
     print(f"operator log: {log_path}")
     try:
         core.delete_namespace(namespace)

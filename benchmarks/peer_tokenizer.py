@@ -55,14 +55,23 @@ def build(out: str, repo_root: str) -> str:
     tokenizer = tokenizers.Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, min_frequency=1, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=["<|endoftext|>"])
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        min_frequency=1,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|endoftext|>"],
+    )
     tokenizer.train_from_iterator(corpus_lines(repo_root), trainer)
     os.makedirs(out, exist_ok=True)
     tokenizer.save(os.path.join(out, "tokenizer.json"))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 131072,
-              "eos_token": "<|endoftext|>", "bos_token": None, "clean_up_tokenization_spaces": False}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": 131072,
+        "eos_token": "<|endoftext|>",
+        "bos_token": None,
+        "clean_up_tokenization_spaces": False,
+    }
     with open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8") as handle:
         json.dump(config, handle, indent=1)
     return out

@@ -34,7 +34,7 @@ class ProcessTreeCpu:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "ProcessTreeCpu":
+    def start(self) -> ProcessTreeCpu:
         self._thread.start()
         return self
 

@@ -36,16 +36,30 @@ END_MARK = b"data: [DONE]\n\n\r\n0\r\n\r\n"
 def body(model: str, input_len: int, output_len: int, index: int) -> bytes:
     # The load generator's words: one simulator token each; seeded per request.
     words = " ".join(random.Random(index).choices(SYNTHETIC_WORDS, k=input_len))
-    return json.dumps({"model": model, "messages": [{"role": "user", "content": words}], "stream": True,
-                       "max_completion_tokens": output_len, "ignore_eos": True,
-                       "stream_options": {"include_usage": True}}, separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": words}],
+            "stream": True,
+            "max_completion_tokens": output_len,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 class FloorStream(asyncio.Protocol):
     """One connection: sends the next request as soon as the last one's body has ended."""
 
-    def __init__(self, requests: list[tuple[str, bytes]], counter: list[int], records: list[dict],
-                 base: tuple[float, float], done: asyncio.Future[None]) -> None:
+    def __init__(
+        self,
+        requests: list[tuple[str, bytes]],
+        counter: list[int],
+        records: list[dict],
+        base: tuple[float, float],
+        done: asyncio.Future[None],
+    ) -> None:
         self.requests, self.counter, self.records, self.base, self.done = requests, counter, records, base, done
         self.transport: asyncio.Transport | None = None
         self.rid, self.start, self.first, self.tokens, self.tail = "", 0.0, None, 0, b""
@@ -61,8 +75,10 @@ class FloorStream(asyncio.Protocol):
             return
         self.rid, payload = self.requests[self.counter[0]]
         self.counter[0] += 1
-        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                f"X-Request-Id: {self.rid}\r\nContent-Length: {len(payload)}\r\n\r\n").encode()
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"X-Request-Id: {self.rid}\r\nContent-Length: {len(payload)}\r\n\r\n"
+        ).encode()
         self.first, self.tokens, self.tail = None, 0, b""
         self.start = time.perf_counter()
         self.transport.write(head + payload)
@@ -73,14 +89,20 @@ class FloorStream(asyncio.Protocol):
         if hits and self.first is None:
             self.first = now
         self.tokens += hits
-        self.tail = (self.tail + data)[-len(END_MARK):]
+        self.tail = (self.tail + data)[-len(END_MARK) :]
         if self.tail != END_MARK:
             return
         if self.rid.startswith("m-"):
             wall0, perf0 = self.base
-            self.records.append({"id": f"chatcmpl-{self.rid}", "start": wall0 + self.start - perf0,
-                                 "end": wall0 + now - perf0, "outputTokens": self.tokens,
-                                 "ttftMs": None if self.first is None else (self.first - self.start) * 1000.0})
+            self.records.append(
+                {
+                    "id": f"chatcmpl-{self.rid}",
+                    "start": wall0 + self.start - perf0,
+                    "end": wall0 + now - perf0,
+                    "outputTokens": self.tokens,
+                    "ttftMs": None if self.first is None else (self.first - self.start) * 1000.0,
+                }
+            )
         self.send_next()
 
     def connection_lost(self, exc: Exception | None) -> None:

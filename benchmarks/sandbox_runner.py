@@ -63,13 +63,19 @@ def one_round(api: client.ApiClient, namespace: str) -> dict[str, float]:
     running = _until(lambda: any(p.status.phase == "Running" for p in engine_pods()))
     ready = _until(lambda: any(_ready(p) for p in engine_pods()))
     available = _until(
-        lambda: any(c.type == "Available" and c.status == "True" for c in (apps.read_namespaced_deployment("engine", namespace).status.conditions or []))
+        lambda: any(
+            c.type == "Available" and c.status == "True"
+            for c in (apps.read_namespaced_deployment("engine", namespace).status.conditions or [])
+        )
     )
     (pod,) = engine_pods()
     job_began = time.monotonic()
     batch.create_namespaced_job(namespace, loadgen_job("load", f"http://engine.{namespace}.svc.cluster.local:8000"))
     complete = _until(
-        lambda: any(c.type in ("Complete", "Failed") and c.status == "True" for c in (batch.read_namespaced_job("load", namespace).status.conditions or []))
+        lambda: any(
+            c.type in ("Complete", "Failed") and c.status == "True"
+            for c in (batch.read_namespaced_job("load", namespace).status.conditions or [])
+        )
     )
     (job_pod,) = core.list_namespaced_pod(namespace, label_selector="job-name=load").items
     summary = json.loads(job_pod.status.container_statuses[0].state.terminated.message)

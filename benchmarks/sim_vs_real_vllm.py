@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -31,8 +30,14 @@ CAPTURE_MAX_NUM_SEQS = 128
 """The captures' engine ran with --max-num-seqs 128 (so one engine served the whole sweep); the
 operator's own flag is the load's concurrency. Below 128 concurrent requests both schedule alike."""
 PROFILED = ("-prof",)  # captures with a profiled slice measure the profiler, not serving
-FIGURES = (("out tok/s", "outputTokensPerSecond"), ("TTFT P50", "ttftP50Ms"), ("TTFT P99", "ttftP99Ms"),
-           ("TPOT mean", "tpotMeanMs"), ("E2E P50", "latencyP50Ms"), ("E2E P99", "latencyP99Ms"))
+FIGURES = (
+    ("out tok/s", "outputTokensPerSecond"),
+    ("TTFT P50", "ttftP50Ms"),
+    ("TTFT P99", "ttftP99Ms"),
+    ("TPOT mean", "tpotMeanMs"),
+    ("E2E P50", "latencyP50Ms"),
+    ("E2E P99", "latencyP99Ms"),
+)
 
 
 def engine_args(max_num_seqs: int) -> list[str]:
@@ -51,11 +56,31 @@ def engine_args(max_num_seqs: int) -> list[str]:
 
 def loadgen_args(config: dict, endpoint: str) -> list[str]:
     """The capture's own load-generator flags, pointed at the simulator."""
-    args = ["--endpoint", endpoint, "--model", config["model"], "--api", config["api"],
-            "--concurrency", str(config["concurrency"]), "--num-requests", str(config["numRequests"]),
-            "--input-len", str(config["inputLen"]), "--output-len", str(config["outputLen"]),
-            "--seed", str(config["seed"]), "--warmup-requests", str(config["warmupRequests"]),
-            "--repeats", str(config["repeats"]), "--max-error-fraction", "1.0", "--no-progress"]
+    args = [
+        "--endpoint",
+        endpoint,
+        "--model",
+        config["model"],
+        "--api",
+        config["api"],
+        "--concurrency",
+        str(config["concurrency"]),
+        "--num-requests",
+        str(config["numRequests"]),
+        "--input-len",
+        str(config["inputLen"]),
+        "--output-len",
+        str(config["outputLen"]),
+        "--seed",
+        str(config["seed"]),
+        "--warmup-requests",
+        str(config["warmupRequests"]),
+        "--repeats",
+        str(config["repeats"]),
+        "--max-error-fraction",
+        "1.0",
+        "--no-progress",
+    ]
     return args
 
 
@@ -99,7 +124,7 @@ def run_capture(name: str, capture: dict, port: int, exe: Path) -> dict:
 def captures(only: set[str] | None) -> dict[str, dict]:
     found = {}
     for path in sorted(DATA.glob("8b-tp1-loadgen-*.json")):
-        name = path.name[len("8b-tp1-loadgen-"):-len(".json")]
+        name = path.name[len("8b-tp1-loadgen-") : -len(".json")]
         if any(p in name for p in PROFILED) or (only and name not in only):
             continue
         doc = json.loads(path.read_text())

@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_vs_real_vllm import engine_args  # noqa: E402
+from sim_vs_real_vllm import engine_args
 
-from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig  # noqa: E402
-from kneepoint.simulator.virtual_tier import start_engine  # noqa: E402
+from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig
+from kneepoint.simulator.virtual_tier import start_engine
 
 LOADS = ((128, 512, 64), (64, 256, 32), (32, 200, 10))  # concurrency, measured requests, warm-up (the captures')
 PROMPT, OUTPUT = 1025, 256
@@ -36,8 +36,12 @@ def run(concurrency: int, measured: int, warmup: int, delay: float, seed: int) -
     settings = start_engine([*engine_args(128), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
     assert settings is not None
     now = [0.0]
-    config = SchedulerConfig(max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
-                             num_gpu_blocks=settings.num_gpu_blocks, max_model_len=settings.max_model_len)
+    config = SchedulerConfig(
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        num_gpu_blocks=settings.num_gpu_blocks,
+        max_model_len=settings.max_model_len,
+    )
     sched = Scheduler(config, settings.perf.step_time, clock=lambda: now[0], noise=settings.noise, seed=seed)
     intake_cost = settings.perf.calibration.serving.api_us_per_prompt_token * PROMPT * 1e-6
     intake_free = 0.0
@@ -90,8 +94,11 @@ def main() -> None:
         for delay in args.delay_ms:
             runs = [run(concurrency, measured, warmup, delay / 1e3, seed) for seed in range(args.seeds)]
             ttfts = [r[0] for r in runs]
-            print(f"| {concurrency} | {delay:g} | {statistics.median(ttfts):,.0f} ({min(ttfts):,.0f}-{max(ttfts):,.0f}) | "
-                  f"{statistics.median(r[1] for r in runs):.1f} |", flush=True)
+            print(
+                f"| {concurrency} | {delay:g} | {statistics.median(ttfts):,.0f} ({min(ttfts):,.0f}-{max(ttfts):,.0f}) | "
+                f"{statistics.median(r[1] for r in runs):.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -23,9 +23,9 @@ from math import nan
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "operator"))
 
-from kneepoint.loadgen.statistics import percentile
-
 from clients_under_test import ClientRun
+
+from kneepoint.loadgen.statistics import percentile
 
 
 @dataclass
@@ -88,12 +88,18 @@ def join(run: ClientRun, truth: dict[str, dict]) -> TruthJoin | None:
     if not rows:
         return None
     span = max(r["finish"] for r in rows) - min(r["arrival"] for r in rows)
-    return TruthJoin(joined=len(rows), unmatched=unmatched, abs_error_p50_ms=percentile(abs_err, 50),
-                     abs_error_p99_ms=percentile(abs_err, 99), signed_error_p50_ms=percentile(signed, 50),
-                     injected_ttft_p50_ms=percentile(injected, 50), served_prompt_tokens_p50=percentile(prompts, 50),
-                     server_output_tokens_per_s=sum(r["outputTokens"] for r in rows) / span if span > 0 else float("nan"),
-                     way_in_p50_ms=percentile(way_in, 50) if way_in else nan,
-                     way_out_p50_ms=percentile(way_out, 50) if way_out else nan,
-                     socket_abs_error_p50_ms=percentile(socket_abs, 50) if socket_abs else nan,
-                     socket_abs_error_p99_ms=percentile(socket_abs, 99) if socket_abs else nan,
-                     socket_signed_error_p50_ms=percentile(socket_signed, 50) if socket_abs else nan)
+    return TruthJoin(
+        joined=len(rows),
+        unmatched=unmatched,
+        abs_error_p50_ms=percentile(abs_err, 50),
+        abs_error_p99_ms=percentile(abs_err, 99),
+        signed_error_p50_ms=percentile(signed, 50),
+        injected_ttft_p50_ms=percentile(injected, 50),
+        served_prompt_tokens_p50=percentile(prompts, 50),
+        server_output_tokens_per_s=sum(r["outputTokens"] for r in rows) / span if span > 0 else float("nan"),
+        way_in_p50_ms=percentile(way_in, 50) if way_in else nan,
+        way_out_p50_ms=percentile(way_out, 50) if way_out else nan,
+        socket_abs_error_p50_ms=percentile(socket_abs, 50) if socket_abs else nan,
+        socket_abs_error_p99_ms=percentile(socket_abs, 99) if socket_abs else nan,
+        socket_signed_error_p50_ms=percentile(socket_signed, 50) if socket_abs else nan,
+    )

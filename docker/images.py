@@ -131,7 +131,9 @@ def log(message: str) -> None:
     print(f"[images] {message}", file=sys.stderr, flush=True)
 
 
-def run(argv: list[str], *, check: bool = True, capture: bool = True, timeout: float | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: list[str], *, check: bool = True, capture: bool = True, timeout: float | None = None, **kw: Any
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(argv, capture_output=capture, text=True, timeout=timeout, **kw)
     if check and proc.returncode != 0:
         detail = ((proc.stdout or "") + (proc.stderr or ""))[-4000:] if capture else ""
@@ -351,7 +353,9 @@ def parse_user(user: str) -> tuple[int, int]:
     return uid, int(match.group(2) or uid)
 
 
-def oci_config(template: dict[str, Any], rootfs: str, config: dict[str, Any], argv: list[str], workload: Workload, termination_log: Path | None) -> dict[str, Any]:
+def oci_config(
+    template: dict[str, Any], rootfs: str, config: dict[str, Any], argv: list[str], workload: Workload, termination_log: Path | None
+) -> dict[str, Any]:
     """An OCI runtime config that runs ``argv`` from the image as ``workload``'s pod does.
 
     ``template`` is ``runc spec``'s default. The network namespace is the host's (the
@@ -384,7 +388,14 @@ def oci_config(template: dict[str, Any], rootfs: str, config: dict[str, Any], ar
     linux.pop("resources", None)
     mounts = [m for m in spec["mounts"] if m["destination"] not in ("/sys/fs/cgroup", "/tmp")]
     if workload.tmp_mib is not None:
-        mounts.append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777", f"size={workload.tmp_mib}m"]})
+        mounts.append(
+            {
+                "destination": "/tmp",
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "nodev", "mode=1777", f"size={workload.tmp_mib}m"],
+            }
+        )
     for path in workload.dirs:
         mounts.append({"destination": path, "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]})
     if workload.termination_log:
@@ -433,7 +444,13 @@ class Container:
         spec = oci_config(runc_template(), rootfs, config, self.argv, self.workload, self.termination_log)
         (self.work / "config.json").write_text(json.dumps(spec, indent=1))
         self.log = (self.work / "output.log").open("w+")
-        self.proc = subprocess.Popen(["runc", "run", "--bundle", str(self.work), self.id], stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            ["runc", "run", "--bundle", str(self.work), self.id],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         return self
 
     def output(self) -> str:
@@ -499,10 +516,9 @@ def wait_healthy(url: str, box: Container, timeout: float) -> None:
     while time.monotonic() < deadline:
         if box.proc is not None and box.proc.poll() is not None:
             raise Failed(f"the simulator exited {box.proc.returncode} before it was healthy:\n{box.output()[-3000:]}")
-        with contextlib.suppress(urllib.error.URLError, OSError):
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
+        with contextlib.suppress(urllib.error.URLError, OSError), urllib.request.urlopen(url, timeout=2) as response:
+            if response.status == 200:
+                return
         time.sleep(0.5)
     raise Failed(f"the simulator did not answer {url} within {timeout:.0f} s:\n{box.output()[-3000:]}")
 
@@ -566,7 +582,20 @@ def loadgen_argv(port: int) -> list[str]:
 
 def check_loadgen_against_sim(sim_image: str, loadgen_image: str, loadgen_prefix: list[str]) -> str:
     port = free_port()
-    sim = ["kneepoint", "sim", "--model", SIM_MODEL, "--host", "127.0.0.1", "--port", str(port), "--dcgm-port", "0", "--model-load-seconds", "0"]
+    sim = [
+        "kneepoint",
+        "sim",
+        "--model",
+        SIM_MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dcgm-port",
+        "0",
+        "--model-load-seconds",
+        "0",
+    ]
     with container(sim_image, WORKLOADS["engine"], sim) as engine:
         wait_healthy(f"http://127.0.0.1:{port}/health", engine, timeout=180)
         code, output, termination = run_once(loadgen_image, WORKLOADS["loadtest"], [*loadgen_prefix, *loadgen_argv(port)])
@@ -628,11 +657,19 @@ def run_checks(tags: dict[str, str], version: str) -> list[Check]:
     attempt(main, "kneepoint --version (read-only root, /tmp emptyDir)", main_version)
     attempt(main, "its venv is requirements/runtime.txt exactly", lambda: check_locked(main, "runtime.txt", version))
     attempt(main, "kneepoint operator --help (read-only root, /tmp emptyDir)", main_operator_help)
-    attempt(main, "kneepoint loadgen against kneepoint sim, both from this image (read-only roots)", lambda: check_loadgen_against_sim(main, main, entrypoint(image_config(main)) + ["loadgen"]))
+    attempt(
+        main,
+        "kneepoint loadgen against kneepoint sim, both from this image (read-only roots)",
+        lambda: check_loadgen_against_sim(main, main, entrypoint(image_config(main)) + ["loadgen"]),
+    )
     attempt(loadgen, "USER is the chart's non-root runAsUser", lambda: config_check(loadgen))
     attempt(loadgen, "kneepoint --version (read-only root)", loadgen_version)
     attempt(loadgen, "its venv is requirements/loadgen.txt exactly", lambda: check_locked(loadgen, "loadgen.txt", version))
-    attempt(loadgen, "its ENTRYPOINT (kneepoint loadgen) against kneepoint sim from the main image", lambda: check_loadgen_against_sim(main, loadgen, entrypoint(image_config(loadgen))))
+    attempt(
+        loadgen,
+        "its ENTRYPOINT (kneepoint loadgen) against kneepoint sim from the main image",
+        lambda: check_loadgen_against_sim(main, loadgen, entrypoint(image_config(loadgen))),
+    )
     return results
 
 

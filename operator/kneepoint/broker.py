@@ -16,8 +16,9 @@ import itertools
 import logging
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from kneepoint.core.actions import EnsureEngine
 from kneepoint.core.ladder import Step
@@ -93,20 +94,26 @@ class FleetCache:
     views: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     """FleetViews of this read (before reservations), per product/selector: built once, not per pass."""
 
-    def view(self, gpu_resource: str, product: str | None, node_selector: dict[str, str], topology_key: str | None,
-             reserved: dict[str, int]) -> Any:
+    def view(
+        self, gpu_resource: str, product: str | None, node_selector: dict[str, str], topology_key: str | None, reserved: dict[str, int]
+    ) -> Any:
         """pod_status.fleet_view over the cached lists, with ``reserved`` GPUs taken off."""
         key = (gpu_resource, product, tuple(sorted(node_selector.items())), topology_key)
         base = self.views.get(key)
         if base is None:
-            base = self.views[key] = pod_status.fleet_view(self.nodes, self.pods, gpu_resource, product, node_selector,
-                                                           None, topology_key=topology_key)
+            base = self.views[key] = pod_status.fleet_view(
+                self.nodes, self.pods, gpu_resource, product, node_selector, None, topology_key=topology_key
+            )
         if not reserved:
             return base
         # fleet_view computes max(0, total - used - reserved); taking reserved off max(0, total - used) is the same.
-        return dataclasses.replace(base, domains=tuple(
-            dataclasses.replace(d, gpus_free=max(0, d.gpus_free - reserved[d.node_name])) if reserved.get(d.node_name) else d
-            for d in base.domains))
+        return dataclasses.replace(
+            base,
+            domains=tuple(
+                dataclasses.replace(d, gpus_free=max(0, d.gpus_free - reserved[d.node_name])) if reserved.get(d.node_name) else d
+                for d in base.domains
+            ),
+        )
 
 
 @dataclass
@@ -162,7 +169,14 @@ class GpuBroker:
         self.queue = WaitQueue()
 
     async def fleet(
-        self, spec: ExperimentSpec, name: str, namespace: str, uid: str, waiting_since: str | None, need: Needs, now: float,
+        self,
+        spec: ExperimentSpec,
+        name: str,
+        namespace: str,
+        uid: str,
+        waiting_since: str | None,
+        need: Needs,
+        now: float,
         wait: bool = True,
     ) -> FleetRead:
         """The matching fleet with promised GPUs taken off, the queue place a capacity check holds, and the product's labels.
@@ -181,9 +195,11 @@ class GpuBroker:
             # taken (else it would wait for GPUs it holds, for ever on a full fleet).
             own = naming.child_labels(name, need.capacity.tier, naming.ROLE_ENGINE)
             pods = [
-                p for p in pods
-                if not (p["metadata"].get("namespace") == namespace
-                        and all(p["metadata"].get("labels", {}).get(k) == v for k, v in own.items()))
+                p
+                for p in pods
+                if not (
+                    p["metadata"].get("namespace") == namespace and all(p["metadata"].get("labels", {}).get(k) == v for k, v in own.items())
+                )
             ]
         visible = {
             f"{p['metadata'].get('labels', {}).get(naming.LABEL_EXPERIMENT)}/{p['metadata'].get('labels', {}).get(naming.LABEL_TIER)}"
@@ -196,9 +212,12 @@ class GpuBroker:
             def view(product: str | None, topology_key: str | None = None) -> Any:
                 return self.fleet_cache.view(spec.placement.gpu_resource, product, spec.placement.node_selector, topology_key, reserved)
         else:
+
             def view(product: str | None, topology_key: str | None = None) -> Any:
-                return pod_status.fleet_view(nodes, pods, spec.placement.gpu_resource, product, spec.placement.node_selector,
-                                             reserved, topology_key=topology_key)
+                return pod_status.fleet_view(
+                    nodes, pods, spec.placement.gpu_resource, product, spec.placement.node_selector, reserved, topology_key=topology_key
+                )
+
         if product is None:
             all_view = view(None)
             product = all_view.products()[0] if all_view.products() else None

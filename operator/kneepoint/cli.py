@@ -40,7 +40,7 @@ class _LazyGroup(click.Group):
         if importlib.util.find_spec(module_name) is None:
             return None
         module = importlib.import_module(module_name)
-        command = getattr(module, "command")
+        command = module.command
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

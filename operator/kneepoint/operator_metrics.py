@@ -17,10 +17,14 @@ class OperatorMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
-        self.experiments = Gauge("kneepoint_experiments", "Experiments known to this operator, by phase.", ["phase"], registry=self.registry)
+        self.experiments = Gauge(
+            "kneepoint_experiments", "Experiments known to this operator, by phase.", ["phase"], registry=self.registry
+        )
         self.tiers_measured = Counter("kneepoint_tiers_measured_total", "Tiers that reached Measured.", ["mode"], registry=self.registry)
         self.tiers_failed = Counter("kneepoint_tiers_failed_total", "Tiers that ended Failed.", ["mode"], registry=self.registry)
-        self.gpu_minutes = Counter("kneepoint_gpu_minutes_total", "GPU-minutes held by engine tiers (Measure mode).", registry=self.registry)
+        self.gpu_minutes = Counter(
+            "kneepoint_gpu_minutes_total", "GPU-minutes held by engine tiers (Measure mode).", registry=self.registry
+        )
         self.passes = Counter("kneepoint_reconcile_passes_total", "Reconcile passes.", registry=self.registry)
         self.errors = Counter("kneepoint_reconcile_errors_total", "Reconcile passes that raised.", registry=self.registry)
         self.duration = Histogram(
@@ -35,8 +39,9 @@ class OperatorMetrics:
             ["method"],
             registry=self.registry,
         )
-        self.leader = Gauge("kneepoint_operator_leader", "1 while this process holds the leader-election Lease, 0 as a standby.",
-                            registry=self.registry)
+        self.leader = Gauge(
+            "kneepoint_operator_leader", "1 while this process holds the leader-election Lease, 0 as a standby.", registry=self.registry
+        )
         self.decisions = Counter("kneepoint_decisions_total", "Decisions made, by rule.", ["rule"], registry=self.registry)
         self._phases: dict[str, str] = {}
         for phase in PHASES:

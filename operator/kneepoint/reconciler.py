@@ -15,8 +15,9 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kubernetes.client.rest import ApiException
 
@@ -43,8 +44,8 @@ from kneepoint.kube import kserve, manifests, naming, pod_status
 from kneepoint.kube.child_reader import ChildReader
 from kneepoint.kube.child_writer import ChildWriter
 from kneepoint.kube.status_patch import merge_patch
-from kneepoint.metrics.promql import ENGINE_SERIES
 from kneepoint.metrics.prometheus_reader import PrometheusReader
+from kneepoint.metrics.promql import ENGINE_SERIES
 from kneepoint.operator_metrics import OperatorMetrics
 from kneepoint.settings import OperatorSettings
 
@@ -191,8 +192,13 @@ class Reconciler:
         return await self._apply_and_write(body, spec, status, old_status_json, obs, step)
 
     async def _apply_and_write(
-        self, body: dict[str, Any], spec: ExperimentSpec, status: ExperimentStatus, old_json: dict[str, Any],
-        obs: Observations, step: Step,
+        self,
+        body: dict[str, Any],
+        spec: ExperimentSpec,
+        status: ExperimentStatus,
+        old_json: dict[str, Any],
+        obs: Observations,
+        step: Step,
     ) -> Step:
         meta = body["metadata"]
         name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
@@ -294,8 +300,15 @@ class Reconciler:
         return arch, _hf_config_json(arch), None
 
     async def _observe(
-        self, name: str, namespace: str, uid: str, spec: ExperimentSpec, status: ExperimentStatus, generation: int,
-        need: Needs, fleet_wait: bool = True,
+        self,
+        name: str,
+        namespace: str,
+        uid: str,
+        spec: ExperimentSpec,
+        status: ExperimentStatus,
+        generation: int,
+        need: Needs,
+        fleet_wait: bool = True,
     ) -> Observations:
         """Read what ``need`` names, nothing else."""
         now = self.clock()
@@ -312,7 +325,11 @@ class Reconciler:
         if need.fleet:
             read = await self.broker.fleet(spec, name, namespace, uid, status.waiting_since, need, now, wait=fleet_wait)
             fleet, product, queue_position, selectors, problem = (
-                read.fleet, read.gpu_product, read.queue_position, read.product_selectors, read.placement_problem
+                read.fleet,
+                read.gpu_product,
+                read.queue_position,
+                read.product_selectors,
+                read.placement_problem,
             )
         gpu = find_gpu_type(product) if product else None
 
@@ -331,7 +348,9 @@ class Reconciler:
                 deployment, pods = await asyncio.gather(
                     self.reader.deployment(namespace, engine_name), self.reader.engine_pods(name, namespace, need.engine.tier)
                 )
-                engine = pod_status.engine_state(deployment, pods if deployment else [], await self._engine_logs(namespace, pods if deployment else []))
+                engine = pod_status.engine_state(
+                    deployment, pods if deployment else [], await self._engine_logs(namespace, pods if deployment else [])
+                )
         if need.load_test is not None:
             load_test = await self._load_test(namespace, name, need.load_test.tier, need.load_test.attempt)
         if need.metrics is not None and now >= need.metrics.not_before:

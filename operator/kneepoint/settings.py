@@ -57,7 +57,7 @@ class OperatorSettings:
     load-generator summary) as its termination message. Never set it on a real cluster."""
 
     @classmethod
-    def from_env(cls, **overrides: object) -> "OperatorSettings":
+    def from_env(cls, **overrides: object) -> OperatorSettings:
         ladder = LadderSettings(
             poll_seconds=_env_float("KNEEPOINT_POLL_SECONDS", LadderSettings.poll_seconds),
             waiting_poll_seconds=_env_float("KNEEPOINT_WAITING_POLL_SECONDS", LadderSettings.waiting_poll_seconds),

@@ -50,6 +50,9 @@ def test_ladder_decides_as_the_exhaustive_sweep(results, capsys):
         total_ref = sum(r.reference.gpu_minutes for r in runs)
         total_ladder = sum(r.variants["ladder"].gpu_minutes for r in runs)
         print(f"ladder GPU-minutes {total_ladder:.0f} of the sweep's {total_ref:.0f} ({total_ladder / total_ref:.0%})")
-    differ = [f"{r.scenario.key} seed {r.seed}: ladder {r.variants['ladder'].decision}, sweep {r.reference.decision}"
-              for r in runs if r.variants["ladder"].decision != r.reference.decision]
+    differ = [
+        f"{r.scenario.key} seed {r.seed}: ladder {r.variants['ladder'].decision}, sweep {r.reference.decision}"
+        for r in runs
+        if r.variants["ladder"].decision != r.reference.decision
+    ]
     assert not differ, "; ".join(differ)

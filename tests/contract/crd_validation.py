@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import celpy
 import jsonschema
@@ -222,7 +223,7 @@ def schema_errors(schema: dict[str, Any], value: Any, prefix: str = "") -> list[
 # --- CEL -------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compile_rule(expression: str) -> Any:
     """A cel-python program for one CEL expression (raises on a syntax error)."""
     env = celpy.Environment()

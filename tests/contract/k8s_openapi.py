@@ -47,7 +47,7 @@ def _translate(node: Any) -> Any:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _document(directory: str, api_version: str) -> dict[str, Any]:
     group, _, version = api_version.rpartition("/")
     name = f"api__{version}_openapi.json" if not group else f"apis__{group}__{version}_openapi.json"
@@ -65,7 +65,7 @@ def _schema_name(doc: dict[str, Any], api_version: str, kind: str) -> str:
     raise KeyError(f"no schema for {api_version} {kind}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gvk_index(api_version: str) -> dict[str, list[tuple[str, str, str]]]:
     directory = spec_dir()
     assert directory is not None

@@ -99,7 +99,9 @@ def test_chart_crds_are_byte_identical_copies_of_crds() -> None:
     assert canonical, "no CRDs in crds/"
     assert copies.keys() == canonical.keys(), "charts/kneepoint/crds/ must hold exactly the files of crds/"
     for name, data in canonical.items():
-        assert copies[name] == data, f"charts/kneepoint/crds/{name} differs from crds/{name}: copy it again (cp crds/{name} charts/kneepoint/crds/)"
+        assert copies[name] == data, (
+            f"charts/kneepoint/crds/{name} differs from crds/{name}: copy it again (cp crds/{name} charts/kneepoint/crds/)"
+        )
 
 
 def test_include_crds_renders_the_crd(helm: Path, tmp_path: Path) -> None:
@@ -200,8 +202,10 @@ def test_pdb_keeps_one_operator_pod_and_is_absent_for_one_replica(helm: Path, tm
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
-    assert pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
-        "topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"]
+        == "kubernetes.io/hostname"
+    )
     single = render(helm, {"replicas": 1}, tmp_path=tmp_path)
     assert not _by_kind(single, "PodDisruptionBudget")
     assert "affinity" not in _one(single, "Deployment")["spec"]["template"]["spec"]
@@ -315,9 +319,11 @@ def test_leader_election_rbac_is_leases_in_the_release_namespace_only(helm: Path
     role = _one(docs, "Role", "kneepoint-leader-election")
     assert role["metadata"]["namespace"] == "kneepoint-system"
     needed = _keys(operator_permissions(clusterwide=not values), OWN)
-    assert rule_permissions(role["rules"], OWN) == needed == {
-        ("coordination.k8s.io", "leases", verb, OWN) for verb in ("get", "create", "update")
-    }
+    assert (
+        rule_permissions(role["rules"], OWN)
+        == needed
+        == {("coordination.k8s.io", "leases", verb, OWN) for verb in ("get", "create", "update")}
+    )
     binding = _one(docs, "RoleBinding", "kneepoint-leader-election")
     assert binding["metadata"]["namespace"] == "kneepoint-system"
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kneepoint-leader-election"}
@@ -356,11 +362,13 @@ def test_rbac_never_names_secrets_nor_wildcards(helm: Path, tmp_path: Path) -> N
 @pytest.mark.parametrize("values", [{}, {"watchNamespaces": ["team-a"]}], ids=["cluster-wide", "namespaced"])
 def test_secrets_are_readable_only_by_the_names_given(helm: Path, tmp_path: Path, values: dict[str, Any]) -> None:
     # The code reads a hubTokenSecretRef's Secret (plan-time check) ...
-    assert SECRETS_BY_NAME <= {p.key()[:3] for p in operator_permissions(clusterwide=not values)}
+    assert {p.key()[:3] for p in operator_permissions(clusterwide=not values)} >= SECRETS_BY_NAME
     # ... and the chart lets it only for the Secrets named, get only.
     docs = render(helm, {**values, "rbac": {"hubTokenSecretNames": ["hf-token"]}}, tmp_path=tmp_path)
     secret_rules = [r for d in docs for r in d.get("rules", []) if "secrets" in r.get("resources", [])]
-    assert secret_rules and all(r == {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["hf-token"], "verbs": ["get"]} for r in secret_rules)
+    assert secret_rules and all(
+        r == {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["hf-token"], "verbs": ["get"]} for r in secret_rules
+    )
 
 
 def test_rbac_rules_carry_a_reason_comment() -> None:

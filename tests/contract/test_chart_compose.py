@@ -12,11 +12,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import k8s_openapi
 import pytest
 import yaml
 from chart_render import CHART, render, run_helm
 
-import k8s_openapi
 from kneepoint.nodeprobe import daemonset as probe
 
 ALL_ON: dict[str, Any] = {
@@ -83,7 +83,10 @@ def test_as_a_subchart_of_an_umbrella_chart(helm: Path, tmp_path: Path) -> None:
             }
         )
     )
-    values = {"global": {"imageRegistry": "registry.example", "labels": {"team": "ml"}}, "kneepoint": {"enabled": True, **ALL_ON, **OPENSHIFT}}
+    values = {
+        "global": {"imageRegistry": "registry.example", "labels": {"team": "ml"}},
+        "kneepoint": {"enabled": True, **ALL_ON, **OPENSHIFT},
+    }
     values["kneepoint"]["probe"] = {**ALL_ON["probe"], **OPENSHIFT["probe"]}
     (umbrella / "values.yaml").write_text(yaml.safe_dump(values))
     _lint(helm, umbrella, values, tmp_path)
@@ -111,13 +114,26 @@ def test_security_contexts_are_overridable(helm: Path, tmp_path: Path) -> None:
 def test_probe_scheduling_values_reach_the_daemonset_as_the_builder_makes_it(helm: Path, tmp_path: Path) -> None:
     tolerations = [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}]
     resources = {"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
-    values = {"probe": {"enabled": True, "tolerations": tolerations, "nodeSelector": {"pool": "gpu"}, "priorityClassName": "system-node-critical", "resources": resources}}
+    values = {
+        "probe": {
+            "enabled": True,
+            "tolerations": tolerations,
+            "nodeSelector": {"pool": "gpu"},
+            "priorityClassName": "system-node-critical",
+            "resources": resources,
+        }
+    }
     _lint(helm, CHART, values, tmp_path)
     docs = render(helm, values, tmp_path=tmp_path)
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     expected = probe.build_probe_daemonset(
-        "ghcr.io/kneepoint/kneepoint:0.1.0", "kneepoint-system", "kneepoint-probe",
-        tolerations=tolerations, node_selector={"pool": "gpu"}, priority_class_name="system-node-critical", resources=resources,
+        "ghcr.io/kneepoint/kneepoint:0.1.0",
+        "kneepoint-system",
+        "kneepoint-probe",
+        tolerations=tolerations,
+        node_selector={"pool": "gpu"},
+        priority_class_name="system-node-critical",
+        resources=resources,
     )
     assert ds["spec"]["template"]["spec"] == expected["spec"]["template"]["spec"]
     assert _schema_errors(docs) == []

@@ -232,7 +232,9 @@ def test_runtime_lock_is_pyprojects_closure_as_the_tests_run_it() -> None:
     runtime = lock_pins("runtime.txt")
     closure = runtime_closure(["kneepoint"])
     closure.pop("kneepoint")
-    assert runtime == closure, "requirements/runtime.txt differs from the test venv: reinstall with make, or run python3 requirements/lock.py"
+    assert runtime == closure, (
+        "requirements/runtime.txt differs from the test venv: reinstall with make, or run python3 requirements/lock.py"
+    )
     for name, version in _pyproject_pins("dependencies").items():
         assert runtime[name] == version, f"{name}: pyproject.toml pins {version}, requirements/runtime.txt {runtime[name]}"
 

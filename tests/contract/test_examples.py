@@ -9,8 +9,9 @@ late, at reconcile time, instead of at ``kubectl apply``.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -109,7 +110,11 @@ BAD_SPECS = [
     ("dtype-fp7", _set("model.dtype", "fp7"), "spec.model.dtype"),
     ("lengths-exceed-context", _set("load.outputLen", 3073), "spec.load.inputLen"),
     # 1024 + 3040 = 4064 fits 4096, but not with the chat template's 64 tokens.
-    ("chat-template-exceeds-context", lambda s: (_set("load.outputLen", 3040)(s), _set("load.endpoint", "ChatCompletions")(s)), "spec.load.inputLen"),
+    (
+        "chat-template-exceeds-context",
+        lambda s: (_set("load.outputLen", 3040)(s), _set("load.endpoint", "ChatCompletions")(s)),
+        "spec.load.inputLen",
+    ),
     ("min-throughput-gain-0", _set("stopRules.minThroughputGain", 0), "spec.stopRules.minThroughputGain"),
     ("min-throughput-gain-1.5", _set("stopRules.minThroughputGain", 1.5), "spec.stopRules.minThroughputGain"),
     ("memory-headroom-0", _set("stopRules.memoryHeadroom", 0.0), "spec.stopRules.memoryHeadroom"),
@@ -166,7 +171,7 @@ def test_sim_uri_is_fine_in_simulate_mode(schema: dict[str, Any]) -> None:
 
 
 def test_explicit_architecture_numbers_are_fine_when_complete(schema: dict[str, Any]) -> None:
-    numbers = {name: 8 for name in crd_schema.ARCHITECTURE_NUMBERS_REQUIRED}
+    numbers = dict.fromkeys(crd_schema.ARCHITECTURE_NUMBERS_REQUIRED, 8)
     spec = _bad(_set("model.architecture", numbers))
     parse_spec(spec)
     assert api_server_errors(schema, {"apiVersion": naming.API_VERSION, "kind": naming.KIND, "metadata": {}, "spec": spec}) == []

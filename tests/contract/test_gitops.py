@@ -108,7 +108,10 @@ def test_lua_is_5_1_like_argo_cds() -> None:
             ("Degraded", "Invalid spec: spec.load.concurrency: must be >= 1"),
         ),
         (
-            {"observedGeneration": 1, "conditions": [_condition("Decided", "True", "TP1"), _condition("Failed", "True", "budget exhausted")]},
+            {
+                "observedGeneration": 1,
+                "conditions": [_condition("Decided", "True", "TP1"), _condition("Failed", "True", "budget exhausted")],
+            },
             1,
             ("Degraded", "budget exhausted"),
         ),

@@ -52,7 +52,9 @@ def webhook_errors(isvc: dict[str, Any]) -> list[str]:
     if autoscaler is not None and autoscaler not in ("hpa", "external", "keda", "none"):
         errors.append(f"[{autoscaler}] is not a supported autoscaler class type")
     # validateMultiNodeVariables
-    gpu_types = ["nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "habana.ai/gaudi"] + json.loads(annotations.get(kserve.GPU_RESOURCE_TYPES, "[]"))
+    gpu_types = ["nvidia.com/gpu", "amd.com/gpu", "intel.com/gpu", "habana.ai/gaudi"] + json.loads(
+        annotations.get(kserve.GPU_RESOURCE_TYPES, "[]")
+    )
     basic = {"cpu", "memory", "storage", "ephemeral-storage"}
 
     def unknown_gpu(resources: dict[str, Any]) -> bool:
@@ -126,7 +128,13 @@ def webhook_errors(isvc: dict[str, Any]) -> list[str]:
 
 
 # strategicpatch merge keys of corev1.Container's lists (k8s.io/api/core/v1 types.go patchMergeKey).
-MERGE_KEYS = {"env": "name", "volumeMounts": "mountPath", "ports": "containerPort", "volumeDevices": "devicePath", "resizePolicy": "resourceName"}
+MERGE_KEYS = {
+    "env": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "volumeDevices": "devicePath",
+    "resizePolicy": "resourceName",
+}
 
 
 def _strategic_merge(base: Any, patch: Any, key: str | None = None) -> Any:
@@ -178,7 +186,9 @@ def ray_nodes_and_gpus(head: dict[str, Any], worker: dict[str, Any], tp: int, pp
         new_head = total - worker_gpus * (nodes - 1)
         head_gpus = head_gpus or new_head
     if total > head_gpus + worker_gpus * (nodes - 1):
-        raise ValueError(f"the total required number of GPUs({total}) is less than head({head_gpus}) + workers({worker_gpus * (nodes - 1)})")
+        raise ValueError(
+            f"the total required number of GPUs({total}) is less than head({head_gpus}) + workers({worker_gpus * (nodes - 1)})"
+        )
     return nodes, worker_gpus, head_gpus
 
 
@@ -204,8 +214,19 @@ def _export(spec: Any, decision: Decision, preset: str) -> dict[str, Any]:
     )
 
 
-SINGLE = Decision(tensor_parallel=4, pipeline_parallel=1, gpus_per_replica=4, replicas=11, rule="throughput-gain", per_replica_concurrency=32)
-MULTI = Decision(tensor_parallel=8, pipeline_parallel=2, gpus_per_replica=16, replicas=3, rule="last-tier", per_replica_concurrency=16, multi_node=True, nodes=2)
+SINGLE = Decision(
+    tensor_parallel=4, pipeline_parallel=1, gpus_per_replica=4, replicas=11, rule="throughput-gain", per_replica_concurrency=32
+)
+MULTI = Decision(
+    tensor_parallel=8,
+    pipeline_parallel=2,
+    gpus_per_replica=16,
+    replicas=3,
+    rule="last-tier",
+    per_replica_concurrency=16,
+    multi_node=True,
+    nodes=2,
+)
 
 CASES = {
     "single-Standard": (_spec("hf://meta-llama/Llama-3.1-70B-Instruct", "llama-3-70b", "Standard"), SINGLE, "llama-3-70b"),
@@ -293,7 +314,9 @@ def test_standard_mode_scales_through_keda_on_running_requests() -> None:
             "target": {"type": "Value", "value": "32"},
         },
     }
-    assert kserve.autoscaling_of(isvc) == kserve.planned_scaling(spec, decision) == kserve.Autoscaling(1, 11, "vllm:num_requests_running", 32)
+    assert (
+        kserve.autoscaling_of(isvc) == kserve.planned_scaling(spec, decision) == kserve.Autoscaling(1, 11, "vllm:num_requests_running", 32)
+    )
 
 
 def test_knative_mode_starts_scaling_at_the_measured_concurrency() -> None:
@@ -339,7 +362,9 @@ def test_multi_node_that_kserve_would_refuse_is_not_exported_and_the_lws_is(uri:
     spec = _spec(uri, "llama-3.1-405b", mode)
     with pytest.raises(kserve.NotExportable, match=reason):
         _export(spec, MULTI, "llama-3.1-405b")
-    export = kserve.build_export(spec, OWNER, MULTI, get_preset("llama-3.1-405b"), BuildContext(gpu_product="NVIDIA-H200"), prometheus_url=PROMETHEUS)
+    export = kserve.build_export(
+        spec, OWNER, MULTI, get_preset("llama-3.1-405b"), BuildContext(gpu_product="NVIDIA-H200"), prometheus_url=PROMETHEUS
+    )
     assert export.isvc_yaml is None and reason in (export.not_exportable or "") and "--lws" in (export.not_exportable or "")
     lws = yaml.safe_load(export.lws_yaml or "")
     assert lws["kind"] == "LeaderWorkerSet" and lws["spec"]["replicas"] == 3 and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
@@ -350,8 +375,11 @@ def test_multi_node_that_kserve_would_refuse_is_not_exported_and_the_lws_is(uri:
 def test_hub_token_reaches_the_server_and_the_storage_initializer_through_the_service_account() -> None:
     spec = parse_spec(
         {
-            "model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "architecture": {"preset": "llama-3-8b"},
-                      "hubTokenSecretRef": {"name": "hf", "key": "HF_TOKEN"}},
+            "model": {
+                "uri": "hf://meta-llama/Llama-3.1-8B-Instruct",
+                "architecture": {"preset": "llama-3-8b"},
+                "hubTokenSecretRef": {"name": "hf", "key": "HF_TOKEN"},
+            },
             "export": {"kserve": {"serviceAccountName": "hf-reader"}},
         }
     )
@@ -404,10 +432,12 @@ def test_uri_table_gives_exports_the_webhook_accepts(uri: str) -> None:
 
 
 def test_a_gpu_resource_kserve_does_not_know_is_declared_for_its_webhook() -> None:
-    spec = parse_spec({
-        "model": {"uri": "pvc://models/llama-3.1-405b", "architecture": {"preset": "llama-3.1-405b"}},
-        "placement": {"gpuResource": "example.com/gpu"},
-    })
+    spec = parse_spec(
+        {
+            "model": {"uri": "pvc://models/llama-3.1-405b", "architecture": {"preset": "llama-3.1-405b"}},
+            "placement": {"gpuResource": "example.com/gpu"},
+        }
+    )
     isvc = _export(spec, MULTI, "llama-3.1-405b")
     assert isvc["metadata"]["annotations"][kserve.GPU_RESOURCE_TYPES] == '["example.com/gpu"]'
     assert webhook_errors(isvc) == []

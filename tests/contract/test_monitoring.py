@@ -132,7 +132,14 @@ def label_names(expr: str) -> set[str]:
 def test_dashboard_is_a_grafana_dashboard_with_the_required_panels() -> None:
     assert DASHBOARD["uid"] and DASHBOARD["title"] and DASHBOARD["schemaVersion"] >= 36
     titles = " | ".join(p["title"] for p in DASHBOARD["panels"])
-    for needed in ("P50 / P99", "Time to first token", "GPU utilisation per GPU", "Framebuffer used per GPU", "KV-cache usage", "Output throughput per tier"):
+    for needed in (
+        "P50 / P99",
+        "Time to first token",
+        "GPU utilisation per GPU",
+        "Framebuffer used per GPU",
+        "KV-cache usage",
+        "Output throughput per tier",
+    ):
         assert needed in titles, needed
     variables = [v["name"] for v in DASHBOARD["templating"]["list"]]
     assert variables == ["datasource", "namespace", "experiment", "tier"]
@@ -254,8 +261,15 @@ def pods() -> dict[str, tuple[dict[str, Any], str]]:
     out["dcgm"] = (
         {
             "metadata": {"labels": {"app": "nvidia-dcgm-exporter"}},
-            "spec": {"containers": [{"name": "nvidia-dcgm-exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3",
-                                     "ports": [{"name": "metrics", "containerPort": 9400}]}]},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "nvidia-dcgm-exporter",
+                        "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3",
+                        "ports": [{"name": "metrics", "containerPort": 9400}],
+                    }
+                ]
+            },
         },
         "nvidia-dcgm-exporter-7xk2p",
     )
@@ -318,11 +332,14 @@ def test_sim_dcgm_job_keeps_only_simulate_mode_engines(pods: dict[str, tuple[dic
 
 def test_operator_job_keeps_the_charts_operator_pod() -> None:
     template = (ROOT / "charts" / "kneepoint" / "templates" / "_helpers.tpl").read_text()
-    assert "app.kubernetes.io/name: {{ include \"kneepoint.name\" . }}" in template
+    assert 'app.kubernetes.io/name: {{ include "kneepoint.name" . }}' in template
     pod = {
         "metadata": {"labels": {"app.kubernetes.io/name": "kneepoint", "app.kubernetes.io/component": "operator"}},
-        "spec": {"containers": [{"name": "operator", "image": "ghcr.io/kneepoint/kneepoint:0.1.0",
-                                 "ports": [{"name": "metrics", "containerPort": 8080}]}]},
+        "spec": {
+            "containers": [
+                {"name": "operator", "image": "ghcr.io/kneepoint/kneepoint:0.1.0", "ports": [{"name": "metrics", "containerPort": 8080}]}
+            ]
+        },
     }
     targets = _targets("kneepoint-operator", [(pod, "kneepoint-6c9d-abcde")])
     assert [t["__address__"] for t in targets] == ["10.0.0.1:8080"]

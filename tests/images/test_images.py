@@ -104,16 +104,32 @@ def test_mirror_override_and_missing(tmp_path: Path, monkeypatch: pytest.MonkeyP
 # --------------------------------------------------------------------------- the runtime config
 
 TEMPLATE = {
-    "process": {"terminal": True, "user": {"uid": 0, "gid": 0}, "args": ["sh"], "env": ["PATH=/bin"], "cwd": "/", "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}], "capabilities": {"bounding": ["CAP_KILL"], "effective": ["CAP_KILL"], "permitted": ["CAP_KILL"], "ambient": ["CAP_KILL"]}},
+    "process": {
+        "terminal": True,
+        "user": {"uid": 0, "gid": 0},
+        "args": ["sh"],
+        "env": ["PATH=/bin"],
+        "cwd": "/",
+        "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
+        "capabilities": {"bounding": ["CAP_KILL"], "effective": ["CAP_KILL"], "permitted": ["CAP_KILL"], "ambient": ["CAP_KILL"]},
+    },
     "root": {"path": "rootfs", "readonly": True},
     "mounts": [
         {"destination": "/proc", "type": "proc", "source": "proc"},
         {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
         {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["ro"]},
     ],
-    "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount", "cgroup")], "resources": {"devices": [{"allow": False, "access": "rwm"}]}},
+    "linux": {
+        "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount", "cgroup")],
+        "resources": {"devices": [{"allow": False, "access": "rwm"}]},
+    },
 }
-IMAGE_CONFIG = {"User": "65532:65532", "Env": ["PATH=/opt/kneepoint/bin:/usr/bin", "PYTHONUNBUFFERED=1"], "Entrypoint": ["kneepoint"], "WorkingDir": "/tmp"}
+IMAGE_CONFIG = {
+    "User": "65532:65532",
+    "Env": ["PATH=/opt/kneepoint/bin:/usr/bin", "PYTHONUNBUFFERED=1"],
+    "Entrypoint": ["kneepoint"],
+    "WorkingDir": "/tmp",
+}
 
 
 def test_oci_config_runs_as_the_pod_does(tmp_path: Path) -> None:
@@ -165,7 +181,11 @@ CTX = manifests.BuildContext(operator_image="ghcr.io/kneepoint/kneepoint:0.1.0",
 
 def _writable(container: dict, pod: dict) -> set[str]:  # type: ignore[type-arg]
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
-    return {m["mountPath"] for m in container.get("volumeMounts", []) if not m.get("readOnly") and "persistentVolumeClaim" not in volumes[m["name"]]}
+    return {
+        m["mountPath"]
+        for m in container.get("volumeMounts", [])
+        if not m.get("readOnly") and "persistentVolumeClaim" not in volumes[m["name"]]
+    }
 
 
 def _restricted(container: dict) -> None:  # type: ignore[type-arg]

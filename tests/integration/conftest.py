@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +169,7 @@ SESSION_PREFIX = f"t{uuid.uuid4().hex[:4]}"
 def leaders_of_every_namespace(sandbox: SandboxHandle) -> list[str]:
     """Live kneepoint operators whose scope is every namespace (``kneepoint demo --keep`` leaves one):
     "<lease namespace>/<lease name> held by <identity>" for each Lease renewed within its duration."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from kubernetes import client as k8s
 
@@ -176,7 +177,7 @@ def leaders_of_every_namespace(sandbox: SandboxHandle) -> list[str]:
 
     with sandbox.api_client() as api:
         leases = k8s.CoordinationV1Api(api).list_lease_for_all_namespaces(label_selector="app.kubernetes.io/name=kneepoint").items
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     out = []
     for lease in leases:
         spec = lease.spec
@@ -196,7 +197,9 @@ def operator(sandbox: SandboxHandle, tmp_path_factory: pytest.TempPathFactory) -
         pytest.exit(
             f"an operator watching every namespace runs in the sandbox ({'; '.join(foreign)}), e.g. from `kneepoint demo --keep`; "
             "stop it (`kneepoint sandbox down`) or run the tests on a second sandbox (docs/reliability.md: "
-            "KNEEPOINT_SANDBOX_DIR, KNEEPOINT_SANDBOX_PORT_OFFSET, KNEEPOINT_SANDBOX_POD_CIDR)", returncode=4)
+            "KNEEPOINT_SANDBOX_DIR, KNEEPOINT_SANDBOX_PORT_OFFSET, KNEEPOINT_SANDBOX_POD_CIDR)",
+            returncode=4,
+        )
     op = OperatorProcess(sandbox, tmp_path_factory.mktemp("operator"), extra_env={"KNEEPOINT_NAMESPACES": f"{SESSION_PREFIX}-*"})
     op.start()
     try:

@@ -162,7 +162,7 @@ class Cluster:
             try:
                 obj = self.get(namespace, name)
                 return (obj or {}).get("status") or {}
-            except (ApiException, OSError, Exception) as exc:  # noqa: BLE001 - a restarting API server
+            except (ApiException, OSError, Exception) as exc:
                 if attempt == 59:
                     raise
                 last = exc
@@ -208,9 +208,7 @@ class Cluster:
         ``order``: ``last`` places a repeated event (count > 1) where it last happened,
         ``first`` where it first did.
         """
-        items = self.core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.kind={KIND},involvedObject.name={name}"
-        ).items
+        items = self.core.list_namespaced_event(namespace, field_selector=f"involvedObject.kind={KIND},involvedObject.name={name}").items
         if order == "first":
             items.sort(key=lambda e: (e.first_timestamp or e.event_time or e.metadata.creation_timestamp, e.metadata.name))
         else:
@@ -298,7 +296,7 @@ class ChildPoller:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="child-poller", daemon=True)
 
-    def __enter__(self) -> "ChildPoller":
+    def __enter__(self) -> ChildPoller:
         self._thread.start()
         return self
 

@@ -30,6 +30,7 @@ from typing import Any
 from experiment_api import GPU, LABEL_EXPERIMENT, LABEL_ROLE
 from kubernetes import client, watch
 
+
 def session_namespace(operator: Any, tag: str) -> str:
     """A namespace name the session's operator watches (it may watch only ``<prefix>-*``)."""
     pattern = (getattr(operator, "extra_env", None) or {}).get("KNEEPOINT_NAMESPACES", "")
@@ -82,8 +83,19 @@ def _seen(kind: str, type_: str, obj: Any) -> Seen:
             if cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "Unschedulable":
                 unschedulable = True
     return Seen(
-        time.time(), type_, kind, meta.namespace, meta.name, meta.uid, labels.get(LABEL_EXPERIMENT, ""),
-        labels.get(LABEL_ROLE, ""), meta.deletion_timestamp is not None, gpus, node, phase, unschedulable,
+        time.time(),
+        type_,
+        kind,
+        meta.namespace,
+        meta.name,
+        meta.uid,
+        labels.get(LABEL_EXPERIMENT, ""),
+        labels.get(LABEL_ROLE, ""),
+        meta.deletion_timestamp is not None,
+        gpus,
+        node,
+        phase,
+        unschedulable,
     )
 
 
@@ -99,7 +111,7 @@ class ChildLedger:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
 
-    def start(self) -> "ChildLedger":
+    def start(self) -> ChildLedger:
         apps, core, batch = client.AppsV1Api(self.api), client.CoreV1Api(self.api), client.BatchV1Api(self.api)
         for kind, fn in (
             ("Deployment", apps.list_deployment_for_all_namespaces),
@@ -119,7 +131,7 @@ class ChildLedger:
         for t in self._threads:
             t.join(timeout=8)
 
-    def __enter__(self) -> "ChildLedger":
+    def __enter__(self) -> ChildLedger:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -161,7 +173,10 @@ class ChildLedger:
                 w = watch.Watch()
                 for event in w.stream(
                     # Short server-side timeouts: stop() is then noticed within seconds.
-                    list_fn, label_selector=LABEL_EXPERIMENT, resource_version=listing.metadata.resource_version, timeout_seconds=3
+                    list_fn,
+                    label_selector=LABEL_EXPERIMENT,
+                    resource_version=listing.metadata.resource_version,
+                    timeout_seconds=3,
                 ):
                     if self._stop.is_set():
                         w.stop()
@@ -190,7 +205,9 @@ class ChildLedger:
                 out.setdefault(f"{s.namespace}/{s.name}", set()).add(s.uid)
         return out
 
-    def duplicates(self, kinds: Iterable[str] = ("Deployment", "Service", "Job", "ConfigMap"), namespace: str | None = None) -> dict[str, set[str]]:
+    def duplicates(
+        self, kinds: Iterable[str] = ("Deployment", "Service", "Job", "ConfigMap"), namespace: str | None = None
+    ) -> dict[str, set[str]]:
         """Children whose name was created more than once (a second object with a new uid)."""
         out = {}
         for kind in kinds:
@@ -247,7 +264,9 @@ class FaultLog:
     """One JSON line per injected fault (``KNEEPOINT_FAULT_REPORT``), so the docs' counts are measured."""
 
     def __init__(self, path: str | None = None):
-        self.path = Path(path) if path else (Path(os.environ["KNEEPOINT_FAULT_REPORT"]) if os.environ.get("KNEEPOINT_FAULT_REPORT") else None)
+        self.path = (
+            Path(path) if path else (Path(os.environ["KNEEPOINT_FAULT_REPORT"]) if os.environ.get("KNEEPOINT_FAULT_REPORT") else None)
+        )
 
     def record(self, case: str, fault: str, survived: bool, **figures: Any) -> None:
         if self.path is None:

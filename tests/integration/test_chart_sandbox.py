@@ -48,7 +48,9 @@ def _wait(what: str, check: Callable[[], Any], timeout: float, interval: float =
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{detail()}")
 
 
-def _render(helm: Path, release: str, namespace: str, values: dict[str, Any], tmp: Path, include_crds: bool = False) -> list[dict[str, Any]]:
+def _render(
+    helm: Path, release: str, namespace: str, values: dict[str, Any], tmp: Path, include_crds: bool = False
+) -> list[dict[str, Any]]:
     values_file = tmp / f"{release}-values.yaml"
     values_file.write_text(yaml.safe_dump(values))
     args = [str(helm), "template", release, str(CHART), "--namespace", namespace, "--values", str(values_file)]
@@ -89,8 +91,14 @@ class Install:
 def install(sandbox: Any, helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Install]:
     """The chart in namespaced mode: the operator in kp-sys-*, watching kp-team-* only."""
     suffix = uuid.uuid4().hex[:6]
-    inst = Install(f"kp-{suffix}", f"kp-sys-{suffix}", f"kp-team-{suffix}", f"kp-other-{suffix}", f"kp-{suffix}-kneepoint",
-                   sandbox.sandbox.paths.root / "pods")
+    inst = Install(
+        f"kp-{suffix}",
+        f"kp-sys-{suffix}",
+        f"kp-team-{suffix}",
+        f"kp-other-{suffix}",
+        f"kp-{suffix}-kneepoint",
+        sandbox.sandbox.paths.root / "pods",
+    )
     tmp = tmp_path_factory.mktemp("chart")
     for ns in (inst.namespace, inst.team, inst.other):
         sandbox.kubectl("create", "namespace", ns)
@@ -335,15 +343,19 @@ def test_experiment_reaches_decided_through_the_charts_operator(
     obj = _wait("the experiment to be Decided", finished_sampling, 300, 0.5, detail=install.operator_log)
     cpu = operator.cpu_times()
     # The figure docs/install.md quotes for the chart's resources (pytest -s prints it).
-    print(f"\n[chart] operator pod process: RSS peak {peak_rss / 2**20:.0f} MiB, CPU {cpu.user + cpu.system:.1f} s, "
-          f"experiment Decided after {time.time() - started:.0f} s")
+    print(
+        f"\n[chart] operator pod process: RSS peak {peak_rss / 2**20:.0f} MiB, CPU {cpu.user + cpu.system:.1f} s, "
+        f"experiment Decided after {time.time() - started:.0f} s"
+    )
     status = obj["status"]
     assert status["phase"] == "Decided", json.dumps(status, indent=2)[-3000:]
     decided = next(c for c in status["conditions"] if c["type"] == "Decided")
     assert decided["status"] == "True" and status["observedGeneration"] == obj["metadata"]["generation"]
     assert status["decision"]["replicas"] >= 1
     # The operator wrote its recommendation ConfigMap and posted events with its own token.
-    recommendation = json.loads(sandbox.kubectl("get", "configmap", status["recommendation"]["configMapName"], "-n", install.team, "-o", "json").stdout)
+    recommendation = json.loads(
+        sandbox.kubectl("get", "configmap", status["recommendation"]["configMapName"], "-n", install.team, "-o", "json").stdout
+    )
     assert "inferenceservice.yaml" in recommendation["data"]
     events = json.loads(sandbox.kubectl("get", "events", "-n", install.team, "-o", "json").stdout)["items"]
     assert any(e["reason"] == "DecisionMade" for e in events)
@@ -361,7 +373,11 @@ def test_experiment_reaches_decided_through_the_charts_operator(
     tier = measured[0]["name"]
     at = time.time()
     window = f"{int(at - started) + 5}s"
-    engines = _query(url, f'max_over_time(vllm:num_requests_running{{job="kneepoint-engines", namespace="{install.team}", experiment="{EXPERIMENT}", tier="{tier}"}}[{window}])', at)
+    engines = _query(
+        url,
+        f'max_over_time(vllm:num_requests_running{{job="kneepoint-engines", namespace="{install.team}", experiment="{EXPERIMENT}", tier="{tier}"}}[{window}])',
+        at,
+    )
     assert engines, f"no engine series scraped by the kneepoint-engines job; targets: {_targets(url)}"
     assert engines[0]["metric"]["pod"].startswith(f"{EXPERIMENT}-{tier}-")
     gpus = _query(url, f'max_over_time(DCGM_FI_DEV_FB_USED{{job="kneepoint-sim-dcgm", exported_namespace="{install.team}"}}[{window}])', at)
@@ -380,7 +396,9 @@ def test_experiment_reaches_decided_through_the_charts_operator(
             if "DCGM_FI_PROF_NVLINK" in expr and tier.startswith("tp1-"):
                 continue  # one GPU: the simulator reports no NVLink traffic series worth asserting
             concrete = (
-                expr.replace("$namespace", install.team).replace("$experiment", EXPERIMENT).replace("$tier", ".*")
+                expr.replace("$namespace", install.team)
+                .replace("$experiment", EXPERIMENT)
+                .replace("$tier", ".*")
                 .replace("$__rate_interval", "10s")
             )
             if not _query_range(url, concrete, started, at):

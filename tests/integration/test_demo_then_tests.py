@@ -33,8 +33,12 @@ def test_demo_leaves_no_operator_behind_and_an_integration_case_then_passes(
     out = tmp_path / "demo.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with out.open("wb") as log:
-        demo = subprocess.Popen([sys.executable, "-m", "kneepoint", "demo", "--png", str(tmp_path / "knee.png"), "--timeout", "420"],
-                                stdout=log, stderr=subprocess.STDOUT, env=env)
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "kneepoint", "demo", "--png", str(tmp_path / "knee.png"), "--timeout", "420"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         seen_leading: list[str] = []
         deadline = time.monotonic() + 540
         try:

@@ -23,9 +23,9 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -73,15 +73,29 @@ def custom(sandbox: Any) -> Iterator[Any]:
 
 
 def _document(namespace: str, spec: dict[str, Any], name: str = "bad") -> dict[str, Any]:
-    return {"apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    return {
+        "apiVersion": "kneepoint.io/v1alpha1",
+        "kind": "ParallelismExperiment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
 
 
 @pytest.mark.parametrize(("mutation", "field"), [(m, f) for _, m, f in TABLE], ids=[i for i, _, _ in TABLE])
-def test_api_server_refuses_naming_the_field(custom: Any, table_namespace: str, mutation: Callable[[dict[str, Any]], None], field: str) -> None:
+def test_api_server_refuses_naming_the_field(
+    custom: Any, table_namespace: str, mutation: Callable[[dict[str, Any]], None], field: str
+) -> None:
     # As kubectl sends it (strict field validation), but a dry run: a refusal leaves nothing either way.
     with pytest.raises(ApiException) as info:
-        custom.create_namespaced_custom_object("kneepoint.io", "v1alpha1", table_namespace, "parallelismexperiments",
-                                               _document(table_namespace, _bad(mutation)), dry_run="All", field_validation="Strict")
+        custom.create_namespaced_custom_object(
+            "kneepoint.io",
+            "v1alpha1",
+            table_namespace,
+            "parallelismexperiments",
+            _document(table_namespace, _bad(mutation)),
+            dry_run="All",
+            field_validation="Strict",
+        )
     assert info.value.status in (400, 422), info.value
     message = json.loads(info.value.body)["message"]
     assert field in message, message
@@ -90,9 +104,11 @@ def test_api_server_refuses_naming_the_field(custom: Any, table_namespace: str, 
 
 def test_kubectl_apply_shows_the_user_the_field(sandbox: Any, table_namespace: str, tmp_path: Path) -> None:
     """The same refusal through the user's own tool, for one case of each kind (schema, CEL, unknown field)."""
-    for mutation, field in ((_set("tiers.tensorParallel", [1, 3]), "spec.tiers.tensorParallel[1]"),
-                            (_set("load.outputLen", 3073), "spec.load.inputLen"),
-                            (_set("load.burstiness", 3), "burstiness")):
+    for mutation, field in (
+        (_set("tiers.tensorParallel", [1, 3]), "spec.tiers.tensorParallel[1]"),
+        (_set("load.outputLen", 3073), "spec.load.inputLen"),
+        (_set("load.burstiness", 3), "burstiness"),
+    ):
         path = tmp_path / "bad.yaml"
         path.write_text(yaml.safe_dump(_document(table_namespace, _bad(mutation))))
         proc = sandbox.kubectl("apply", "-f", str(path), check=False)
@@ -101,8 +117,15 @@ def test_kubectl_apply_shows_the_user_the_field(sandbox: Any, table_namespace: s
 
 
 def test_the_base_of_the_table_is_accepted(custom: Any, table_namespace: str) -> None:
-    custom.create_namespaced_custom_object("kneepoint.io", "v1alpha1", table_namespace, "parallelismexperiments",
-                                           _document(table_namespace, copy.deepcopy(BASE), "good"), dry_run="All", field_validation="Strict")
+    custom.create_namespaced_custom_object(
+        "kneepoint.io",
+        "v1alpha1",
+        table_namespace,
+        "parallelismexperiments",
+        _document(table_namespace, copy.deepcopy(BASE), "good"),
+        dry_run="All",
+        field_validation="Strict",
+    )
 
 
 # id, spec patch (on the suite's small experiment), field the message must name, words it must say
@@ -114,7 +137,9 @@ OPERATOR_JUDGED = [
 ]
 
 
-@pytest.mark.parametrize(("patch", "field", "words"), [(p, f, w) for _, p, f, w in OPERATOR_JUDGED], ids=[i for i, _, _, _ in OPERATOR_JUDGED])
+@pytest.mark.parametrize(
+    ("patch", "field", "words"), [(p, f, w) for _, p, f, w in OPERATOR_JUDGED], ids=[i for i, _, _, _ in OPERATOR_JUDGED]
+)
 def test_operator_fails_what_only_the_fleet_can_judge(
     sandbox: Any, operator: Any, namespace: str, patch: dict[str, Any], field: str, words: str
 ) -> None:

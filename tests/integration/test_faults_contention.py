@@ -39,7 +39,9 @@ def test_ten_experiments_on_too_few_gpus_queue_without_over_commit(sandbox: Any,
                 cluster.create(experiment(name, namespace, spec))
             deadline = time.monotonic() + 420
             while time.monotonic() < deadline and len(finished) < COUNT:
-                items = cluster.custom.list_namespaced_custom_object("kneepoint.io", "v1alpha1", namespace, "parallelismexperiments")["items"]
+                items = cluster.custom.list_namespaced_custom_object("kneepoint.io", "v1alpha1", namespace, "parallelismexperiments")[
+                    "items"
+                ]
                 for item in items:
                     name, status = item["metadata"]["name"], item.get("status") or {}
                     position = status.get("queuePosition")
@@ -76,7 +78,13 @@ def test_ten_experiments_on_too_few_gpus_queue_without_over_commit(sandbox: Any,
         assert cluster.workload_names(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
     assert cluster.gpus_held([namespace]) == {}
     total = max(finished.values())
-    FaultLog().record("contention", "10 experiments x 4 GPUs on a 16-GPU fleet", True,
-                      all_decided_seconds=round(total, 1), max_gpus_committed=ledger.max_gpus_committed(),
-                      max_bound_per_node=ledger.max_gpus_bound_per_node(), deepest_queue_position=max(max(p) for p in waited.values()))
+    FaultLog().record(
+        "contention",
+        "10 experiments x 4 GPUs on a 16-GPU fleet",
+        True,
+        all_decided_seconds=round(total, 1),
+        max_gpus_committed=ledger.max_gpus_committed(),
+        max_bound_per_node=ledger.max_gpus_bound_per_node(),
+        deepest_queue_position=max(max(p) for p in waited.values()),
+    )
     print("finished after (s):", {n: round(t, 1) for n, t in sorted(finished.items(), key=lambda kv: kv[1])})

@@ -59,7 +59,10 @@ def _wait_gone(cluster: Cluster, namespace: str, name: str, started: float, pids
         if "experiment" not in marks and cluster.get(namespace, name) is None:
             marks["experiment"] = now
         children = cluster.workload_names(namespace, name)
-        children["configmaps"] = [c.metadata.name for c in cluster.core.list_namespaced_config_map(namespace, label_selector=f"kneepoint.io/experiment={name}").items]
+        children["configmaps"] = [
+            c.metadata.name
+            for c in cluster.core.list_namespaced_config_map(namespace, label_selector=f"kneepoint.io/experiment={name}").items
+        ]
         if "children" not in marks and not any(children.values()):
             marks["children"] = now
         if "gpus" not in marks and not cluster.gpus_held([namespace]):
@@ -67,13 +70,17 @@ def _wait_gone(cluster: Cluster, namespace: str, name: str, started: float, pids
         if "processes" not in marks and not _processes_of(namespace) and not any(psutil.pid_exists(p) for p in pids):
             marks["processes"] = now
         time.sleep(0.1)
-    assert len(marks) == 4, (namespace, marks, cluster.workload_names(namespace, name), cluster.gpus_held([namespace]), _processes_of(namespace))
+    assert len(marks) == 4, (
+        namespace,
+        marks,
+        cluster.workload_names(namespace, name),
+        cluster.gpus_held([namespace]),
+        _processes_of(namespace),
+    )
     return {k: round(v, 2) for k, v in marks.items()}
 
 
-def test_deleting_an_experiment_mid_tier_removes_every_child_and_frees_its_gpus(
-    sandbox: Any, operator: Any, namespaces: list[str]
-) -> None:
+def test_deleting_an_experiment_mid_tier_removes_every_child_and_frees_its_gpus(sandbox: Any, operator: Any, namespaces: list[str]) -> None:
     # A long model load keeps the first experiment in Deploying long enough to delete it there.
     slow_load = {"engine": {"env": [{"name": "KNEEPOINT_SIM_MODEL_LOAD_SECONDS", "value": "30"}]}}
     long_test = {"load": {"numRequests": 400}}
@@ -109,5 +116,7 @@ def test_deleting_an_experiment_mid_tier_removes_every_child_and_frees_its_gpus(
     assert operator.proc.poll() is None
     print("seconds after delete:", results)
     for name, marks in results.items():
-        FaultLog().record("delete-mid-tier", f"experiment deleted during {name}", True, **{f"{k}_gone_seconds": v for k, v in marks.items()})
+        FaultLog().record(
+            "delete-mid-tier", f"experiment deleted during {name}", True, **{f"{k}_gone_seconds": v for k, v in marks.items()}
+        )
         assert marks["gpus"] <= 30 and marks["children"] <= 30, marks

@@ -25,7 +25,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +98,10 @@ def _cleanup(cluster: Cluster, namespace: str, operators: list[OperatorProcess])
         except ApiException:
             pass
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and cluster.custom.list_namespaced_custom_object(
-            "kneepoint.io", "v1alpha1", namespace, "parallelismexperiments")["items"]:
+    while (
+        time.monotonic() < deadline
+        and cluster.custom.list_namespaced_custom_object("kneepoint.io", "v1alpha1", namespace, "parallelismexperiments")["items"]
+    ):
         time.sleep(0.5)
     for op in operators:
         op.stop()
@@ -154,9 +156,14 @@ def test_two_operators_started_at_once_drive_every_experiment_once(sandbox: Any,
     assert ledger.max_gpus_committed() <= FLEET_H200_GPUS, ledger.max_gpus_committed()
     assert all(v <= 8 for v in ledger.max_gpus_bound_per_node().values()), ledger.max_gpus_bound_per_node()
     assert ledger.unschedulable_pods() == set()
-    FaultLog().record("leader-election", "two operators started at once, 5 experiments x 4 GPUs on 16", True,
-                      duplicates=len(duplicates), max_gpus_committed=ledger.max_gpus_committed(),
-                      over_commits=max(0, ledger.max_gpus_committed() - FLEET_H200_GPUS))
+    FaultLog().record(
+        "leader-election",
+        "two operators started at once, 5 experiments x 4 GPUs on 16",
+        True,
+        duplicates=len(duplicates),
+        max_gpus_committed=ledger.max_gpus_committed(),
+        over_commits=max(0, ledger.max_gpus_committed() - FLEET_H200_GPUS),
+    )
 
 
 def test_leader_sigkilled_mid_tier_the_standby_finishes_without_measuring_twice(
@@ -172,8 +179,9 @@ def test_leader_sigkilled_mid_tier_the_standby_finishes_without_measuring_twice(
             second.start()
             _wait("the second to say it stands by", lambda: "Standby: Lease" in second.logs(), 60)
             cluster.create(experiment(name, scope))
-            seen = cluster.wait(scope, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120,
-                                "tp1 LoadTesting", interval=0.1)
+            seen = cluster.wait(
+                scope, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting", interval=0.1
+            )
             killed = time.monotonic()
             first.kill()
             _wait("the standby to take the Lease", lambda: _holder(cluster, lease) == _identity(second), 60, interval=0.1)
@@ -197,8 +205,14 @@ def test_leader_sigkilled_mid_tier_the_standby_finishes_without_measuring_twice(
     assert _measured_events(cluster, scope, name) == ["TP1", "TP2"]
     _no_event_twice(cluster, scope, name)
     print(f"takeover after SIGKILL: {takeover:.1f} s")
-    FaultLog().record("leader-election", "leader SIGKILLed while tp1 load-tests", True, takeover_seconds=round(takeover, 1),
-                      duplicates=0, tiers_measured_twice=0)
+    FaultLog().record(
+        "leader-election",
+        "leader SIGKILLed while tp1 load-tests",
+        True,
+        takeover_seconds=round(takeover, 1),
+        duplicates=0,
+        tiers_measured_twice=0,
+    )
 
 
 def test_a_leader_that_sees_its_lease_taken_stops_at_once_and_writes_nothing_more(
@@ -213,12 +227,13 @@ def test_a_leader_that_sees_its_lease_taken_stops_at_once_and_writes_nothing_mor
             first.start()
             _wait("the first operator to lead", lambda: _holder(cluster, lease) == _identity(first), 60)
             cluster.create(experiment(name, scope))
-            cluster.wait(scope, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting",
-                         interval=0.1)
+            cluster.wait(
+                scope, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting", interval=0.1
+            )
             # Someone else's record in the Lease, as after a takeover the old leader did not notice.
             body = coordination.read_namespaced_lease(lease, LEASE_NAMESPACE)
             body.spec.holder_identity = "intruder"
-            body.spec.renew_time = datetime.now(timezone.utc)
+            body.spec.renew_time = datetime.now(UTC)
             coordination.replace_namespaced_lease(lease, LEASE_NAMESPACE, body)
             taken = time.monotonic()
             _wait("the first operator to give up its leadership", lambda: "Lost the leadership" in first.logs(), 30)
@@ -228,8 +243,11 @@ def test_a_leader_that_sees_its_lease_taken_stops_at_once_and_writes_nothing_mor
             time.sleep(5)
             # Nothing more from it: no child changed by the operator, status as it left it.
             # (created or deleted: changes of their status come from the cluster's controllers)
-            children_after = [s for s in ledger.snapshot()[snapshot:]
-                              if s.kind in ("Deployment", "Service", "Job", "ConfigMap") and s.type in ("ADDED", "DELETED")]
+            children_after = [
+                s
+                for s in ledger.snapshot()[snapshot:]
+                if s.kind in ("Deployment", "Service", "Job", "ConfigMap") and s.type in ("ADDED", "DELETED")
+            ]
             assert cluster.status(scope, name) == status_then
             # A new candidate waits for the intruder's record to expire, then finishes the ladder.
             second.start()
@@ -249,8 +267,13 @@ def test_a_leader_that_sees_its_lease_taken_stops_at_once_and_writes_nothing_mor
     assert ledger.duplicates(namespace=scope) == {}
     _no_event_twice(cluster, scope, name)
     print(f"lease taken: the leader exited {stopped:.1f} s later")
-    FaultLog().record("leader-election", "Lease overwritten by another holder while tp1 load-tests", True,
-                      stopped_seconds=round(stopped, 1), writes_after=len(children_after))
+    FaultLog().record(
+        "leader-election",
+        "Lease overwritten by another holder while tp1 load-tests",
+        True,
+        stopped_seconds=round(stopped, 1),
+        writes_after=len(children_after),
+    )
 
 
 # --------------------------------------------------------------------------- the chart, two replicas
@@ -262,15 +285,22 @@ def _render(helm: Path, release: str, namespace: str, values: dict[str, Any], tm
     values_file = tmp / f"{release}-values.yaml"
     values_file.write_text(yaml.safe_dump(values))
     chart = Path(__file__).resolve().parents[2] / "charts" / "kneepoint"
-    proc = subprocess.run([str(helm), "template", release, str(chart), "--namespace", namespace, "--values", str(values_file)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(helm), "template", release, str(chart), "--namespace", namespace, "--values", str(values_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
 def _operator_pods(cluster: Cluster, namespace: str) -> list[Any]:
-    return [p for p in cluster.core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=operator").items
-            if not p.metadata.deletion_timestamp]
+    return [
+        p
+        for p in cluster.core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=operator").items
+        if not p.metadata.deletion_timestamp
+    ]
 
 
 def test_rolling_update_of_the_charts_two_replicas_mid_experiment(sandbox: Any, helm: Path, cluster: Cluster, tmp_path: Path) -> None:
@@ -285,9 +315,15 @@ def test_rolling_update_of_the_charts_two_replicas_mid_experiment(sandbox: Any, 
         "watchNamespaces": [team],
         "metrics": {"port": 0},  # pods are host processes here: no server on every interface
         "prometheus": {"url": sandbox.prometheus_url, "scrapeIntervalSeconds": 2},
-        "extraEnv": [{"name": k, "value": v} for k, v in
-                     {"KNEEPOINT_METRICS_SETTLE_SECONDS": "5", "KNEEPOINT_POLL_SECONDS": "2", "KNEEPOINT_WAITING_POLL_SECONDS": "3",
-                      "KNEEPOINT_METRICS_DEADLINE_SECONDS": "60"}.items()],
+        "extraEnv": [
+            {"name": k, "value": v}
+            for k, v in {
+                "KNEEPOINT_METRICS_SETTLE_SECONDS": "5",
+                "KNEEPOINT_POLL_SECONDS": "2",
+                "KNEEPOINT_WAITING_POLL_SECONDS": "3",
+                "KNEEPOINT_METRICS_DEADLINE_SECONDS": "60",
+            }.items()
+        ],
     }
     docs = [d for d in _render(helm, release, system, values, tmp_path) if d["kind"] != "CustomResourceDefinition"]
     manifest = tmp_path / "chart.yaml"
@@ -317,8 +353,9 @@ def test_rolling_update_of_the_charts_two_replicas_mid_experiment(sandbox: Any, 
         assert f"held by {holder}" in local_log and "Leading" not in local_log
         with ChildLedger(cluster.api, {team}) as ledger:
             cluster.create(experiment(name, team))
-            cluster.wait(team, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting",
-                         interval=0.1)
+            cluster.wait(
+                team, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting", interval=0.1
+            )
             rolled = time.monotonic()
             sandbox.kubectl("rollout", "restart", f"deployment/{deployment}", "-n", system)
             samples: list[tuple[float, str | None]] = []
@@ -356,6 +393,12 @@ def test_rolling_update_of_the_charts_two_replicas_mid_experiment(sandbox: Any, 
     _no_event_twice(cluster, team, name)
     assert "Released Lease" in logs, logs[-4000:]
     print(f"rolling update: a new pod led {handover:.1f} s after `rollout restart`; samples without a holder: {len(leaderless)}")
-    FaultLog().record("leader-election", "chart replicas 2, rollout restart while tp1 load-tests", True,
-                      new_leader_after_seconds=round(handover, 1), duplicates=0, tiers_measured_twice=0,
-                      samples=json.dumps(samples[-5:]))
+    FaultLog().record(
+        "leader-election",
+        "chart replicas 2, rollout restart while tp1 load-tests",
+        True,
+        new_leader_after_seconds=round(handover, 1),
+        duplicates=0,
+        tiers_measured_twice=0,
+        samples=json.dumps(samples[-5:]),
+    )

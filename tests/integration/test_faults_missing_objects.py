@@ -24,8 +24,14 @@ def _first_status(api: client.ApiClient, body: dict[str, Any], timeout: int = 60
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     created = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     stream = watch.Watch().stream(
-        custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL,
-        field_selector=f"metadata.name={name}", resource_version=created["metadata"]["resourceVersion"], timeout_seconds=timeout,
+        custom.list_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        field_selector=f"metadata.name={name}",
+        resource_version=created["metadata"]["resourceVersion"],
+        timeout_seconds=timeout,
     )
     for event in stream:
         status = event["object"].get("status") or {}
@@ -35,11 +41,27 @@ def _first_status(api: client.ApiClient, body: dict[str, Any], timeout: int = 60
 
 
 CASES = [
-    ("missing-claim", {"model": {"uri": "pvc://weights/llama-3.1-8b"}}, None, "spec.model.uri", "PersistentVolumeClaim {ns}/weights not found"),
-    ("missing-secret", {"model": {"hubTokenSecretRef": {"name": "hf-token", "key": "token"}}}, None,
-     "spec.model.hubTokenSecretRef.name", "Secret {ns}/hf-token not found"),
-    ("missing-key", {"model": {"hubTokenSecretRef": {"name": "hf-token", "key": "token"}}}, {"HF_TOKEN": "aGY="},
-     "spec.model.hubTokenSecretRef.key", "Secret {ns}/hf-token has no key 'token' (keys: HF_TOKEN)"),
+    (
+        "missing-claim",
+        {"model": {"uri": "pvc://weights/llama-3.1-8b"}},
+        None,
+        "spec.model.uri",
+        "PersistentVolumeClaim {ns}/weights not found",
+    ),
+    (
+        "missing-secret",
+        {"model": {"hubTokenSecretRef": {"name": "hf-token", "key": "token"}}},
+        None,
+        "spec.model.hubTokenSecretRef.name",
+        "Secret {ns}/hf-token not found",
+    ),
+    (
+        "missing-key",
+        {"model": {"hubTokenSecretRef": {"name": "hf-token", "key": "token"}}},
+        {"HF_TOKEN": "aGY="},
+        "spec.model.hubTokenSecretRef.key",
+        "Secret {ns}/hf-token has no key 'token' (keys: HF_TOKEN)",
+    ),
 ]
 
 

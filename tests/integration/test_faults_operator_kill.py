@@ -41,7 +41,9 @@ def blocker(namespace: str, node: str) -> dict[str, Any]:
         "metadata": {"name": f"blocker-{node}", "namespace": namespace, "labels": {"kneepoint.io/sandbox-pretend": "true"}},
         "spec": {
             "nodeName": node,
-            "containers": [{"name": "hold", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {GPU: "8"}, "limits": {GPU: "8"}}}],
+            "containers": [
+                {"name": "hold", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {GPU: "8"}, "limits": {GPU: "8"}}}
+            ],
         },
     }
 
@@ -77,6 +79,7 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
     # Hold every H200 GPU so the first tier must wait.
     for node in ("h200-0", "h200-1"):
         cluster.core.create_namespaced_pod(namespace, blocker(namespace, node))
+
     def blockers_up() -> bool:
         return len(cluster.gpus_held([namespace])) == 2
 
@@ -180,8 +183,11 @@ def test_killed_between_creating_the_engine_and_writing_status_under_scarcity(
         spec = parse_spec(body["spec"])
         owner = manifests.Owner(name, namespace, created["metadata"]["uid"])
         ctx = manifests.BuildContext(architecture_json="llama-3-8b", gpu_product="NVIDIA-H200", require_nvlink=True)
-        cluster.apps.create_namespaced_deployment(namespace, manifests.build_engine_deployment(spec, owner, Tier(8, 1), ctx, "h200-0", "nvlink"))
+        cluster.apps.create_namespaced_deployment(
+            namespace, manifests.build_engine_deployment(spec, owner, Tier(8, 1), ctx, "h200-0", "nvlink")
+        )
         cluster.core.create_namespaced_service(namespace, manifests.build_engine_service(spec, owner, Tier(8, 1)))
+
         def held() -> bool:
             return cluster.gpus_held([namespace]).get("h200-0") == 8
 
@@ -198,7 +204,9 @@ def test_killed_between_creating_the_engine_and_writing_status_under_scarcity(
     assert tier(final, "tp8-pp1")["nodeName"] == "h200-0"
     assert ledger.duplicates(namespace=namespace) == {}
     assert cluster.gpus_held([namespace]) == {"h200-1": 8}  # only the blocker left
-    FaultLog().record("operator-sigkill", "SIGKILL between engine create and status write (GPUs scarce)", True, seconds_to_decided=round(took, 1))
+    FaultLog().record(
+        "operator-sigkill", "SIGKILL between engine create and status write (GPUs scarce)", True, seconds_to_decided=round(took, 1)
+    )
 
 
 @pytest.mark.skipif(os.environ.get("KNEEPOINT_SLOW_TESTS") != "1", reason="slow (minutes): KNEEPOINT_SLOW_TESTS=1")
@@ -227,7 +235,10 @@ def test_sigkill_storm_at_random_moments_through_a_three_tier_ladder(sandbox: An
     assert final["phase"] == "Decided", final
     assert (final["decision"]["tensorParallel"], final["decision"]["rule"]) == (4, "last-tier")
     assert [(t["name"], t["phase"], t["attempts"]) for t in final["tiers"]] == [
-        ("tp1-pp1", "Measured", 1), ("tp2-pp1", "Measured", 1), ("tp4-pp1", "Measured", 1)]
+        ("tp1-pp1", "Measured", 1),
+        ("tp2-pp1", "Measured", 1),
+        ("tp4-pp1", "Measured", 1),
+    ]
     assert ledger.duplicates(namespace=namespace) == {}
     assert sorted(ledger.created("Job", namespace)) == [f"{namespace}/{name}-tp{n}-pp1-load1" for n in (1, 2, 4)]
     assert cluster.workload_names(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}

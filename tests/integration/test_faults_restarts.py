@@ -78,7 +78,9 @@ def test_api_server_restart_mid_experiment(sandbox: Any, operator: Any, namespac
         cluster = Cluster(api)
         with ChildLedger(api, {namespace}) as ledger:
             cluster.create(experiment(name, namespace, {"load": {"numRequests": 120}}))
-            cluster.wait(namespace, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 90, "tp1 LoadTesting", interval=0.2)
+            cluster.wait(
+                namespace, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 90, "tp1 LoadTesting", interval=0.2
+            )
             down_at = time.monotonic()
             _stop(sandbox, "kube-apiserver", restorer)
             assert _Api(cluster).status(namespace, name) is None  # it is really down
@@ -87,9 +89,11 @@ def test_api_server_restart_mid_experiment(sandbox: Any, operator: Any, namespac
             restorer.clear()
             back_at = time.monotonic()
             before = cluster.status(namespace, name)
+
             # The operator's next status write after the API server came back.
             def progressed(s: dict[str, Any]) -> bool:
                 return s != before and s.get("observedGeneration") is not None
+
             cluster.wait(namespace, name, progressed, 120, "a status write after the restart")
             resumed = time.monotonic() - back_at
             final = cluster.wait_finished(namespace, name, 240)
@@ -101,9 +105,14 @@ def test_api_server_restart_mid_experiment(sandbox: Any, operator: Any, namespac
     assert ledger.reconnects >= 1  # the ledger itself saw the API server go away
     assert cluster.workload_names(namespace, name) == {"deployments": [], "services": [], "jobs": [], "pods": []}
     assert cluster.gpus_held([namespace]) == {}
-    FaultLog().record("control-plane-restart", "kube-apiserver stopped ~10 s mid load test", True,
-                      down_seconds=round(back_at - down_at, 1), apiserver_start_seconds=round(up_seconds, 1),
-                      operator_resumed_seconds=round(resumed, 1))
+    FaultLog().record(
+        "control-plane-restart",
+        "kube-apiserver stopped ~10 s mid load test",
+        True,
+        down_seconds=round(back_at - down_at, 1),
+        apiserver_start_seconds=round(up_seconds, 1),
+        operator_resumed_seconds=round(resumed, 1),
+    )
 
 
 def test_prometheus_restart_while_a_tier_collects(sandbox: Any, restorer: list[str], tmp_path: Path) -> None:
@@ -113,18 +122,25 @@ def test_prometheus_restart_while_a_tier_collects(sandbox: Any, restorer: list[s
     namespace = f"kpf-prom-{uuid.uuid4().hex[:6]}"
     name = "prom"
     sandbox.kubectl("create", "namespace", namespace)
-    op = OperatorProcess(sandbox, tmp_path / "operator", extra_env={"KNEEPOINT_NAMESPACES": namespace, "KNEEPOINT_METRICS_DEADLINE_SECONDS": "300"})
+    op = OperatorProcess(
+        sandbox, tmp_path / "operator", extra_env={"KNEEPOINT_NAMESPACES": namespace, "KNEEPOINT_METRICS_DEADLINE_SECONDS": "300"}
+    )
     op.start()
     try:
         with sandbox.api_client() as api:
             cluster = Cluster(api)
             cluster.create(experiment(name, namespace, {"tiers": {"tensorParallel": [1]}}))
-            cluster.wait(namespace, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "Collecting", 90, "tp1 Collecting", interval=0.1)
+            cluster.wait(
+                namespace, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "Collecting", 90, "tp1 Collecting", interval=0.1
+            )
             _stop(sandbox, "prometheus", restorer)
             down_at = time.monotonic()
             seen = cluster.wait(
-                namespace, name,
-                lambda s: (condition(s, "MetricsAvailable") or {}).get("reason") == "PrometheusUnreachable", 60, "PrometheusUnreachable",
+                namespace,
+                name,
+                lambda s: (condition(s, "MetricsAvailable") or {}).get("reason") == "PrometheusUnreachable",
+                60,
+                "PrometheusUnreachable",
             )
             assert "retrying" in condition(seen, "MetricsAvailable")["message"]
             assert tier(seen, "tp1-pp1")["phase"] == "Collecting"
@@ -144,6 +160,11 @@ def test_prometheus_restart_while_a_tier_collects(sandbox: Any, restorer: list[s
     assert tp1.get("peakMemoryGiB") is not None and tp1.get("kvCacheUsagePeak") is not None, tp1
     assert condition(final, "MetricsAvailable")["status"] == "True", condition(final, "MetricsAvailable")
     assert not final["decision"].get("unevaluatedRules"), final["decision"]
-    FaultLog().record("control-plane-restart", "Prometheus stopped while a tier collects", True,
-                      down_seconds=round(back_at - down_at, 1), prometheus_start_seconds=round(start_seconds, 1),
-                      recovered_seconds=round(recovered, 1))
+    FaultLog().record(
+        "control-plane-restart",
+        "Prometheus stopped while a tier collects",
+        True,
+        down_seconds=round(back_at - down_at, 1),
+        prometheus_start_seconds=round(start_seconds, 1),
+        recovered_seconds=round(recovered, 1),
+    )

@@ -48,8 +48,12 @@ CHART = ROOT / "charts" / "kneepoint"
 def render(helm: Path, release: str, namespace: str, values: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:
     values_file = tmp / f"{release}-values.yaml"
     values_file.write_text(yaml.safe_dump(values))
-    proc = subprocess.run([str(helm), "template", release, str(CHART), "--namespace", namespace, "--values", str(values_file)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(helm), "template", release, str(CHART), "--namespace", namespace, "--values", str(values_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
@@ -84,13 +88,18 @@ def install(sandbox: Any, helm: Path, tmp_path_factory: pytest.TempPathFactory) 
     admin = yaml.safe_load(sandbox.kubeconfig.read_text())
     cluster_entry = admin["clusters"][0]
     kubeconfig = tmp / "operator.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "sandbox", "cluster": cluster_entry["cluster"]}],
-        "users": [{"name": sa, "user": {"token": token}}],
-        "contexts": [{"name": sa, "context": {"cluster": "sandbox", "user": sa}}],
-        "current-context": sa,
-    }))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "sandbox", "cluster": cluster_entry["cluster"]}],
+                "users": [{"name": sa, "user": {"token": token}}],
+                "contexts": [{"name": sa, "context": {"cluster": "sandbox", "user": sa}}],
+                "current-context": sa,
+            }
+        )
+    )
     try:
         yield Install(release, system, team, other, sa, kubeconfig, token)
     finally:
@@ -122,10 +131,20 @@ def test_service_account_cannot_read_secrets_or_write_outside_its_namespace(sand
         assert _status_code(lambda: core.read_namespaced_secret("anything", install.team)) == 403
         assert _status_code(lambda: apps.list_namespaced_deployment(install.other)) == 403
         assert _status_code(lambda: core.list_namespaced_config_map(install.other)) == 403
-        body = {"metadata": {"name": "x"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
-            "metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+        body = {
+            "metadata": {"name": "x"},
+            "spec": {
+                "selector": {"matchLabels": {"a": "b"}},
+                "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
+            },
+        }
         assert _status_code(lambda: apps.create_namespaced_deployment(install.other, body)) == 403
-        assert _status_code(lambda: core.create_namespaced_pod(install.team, {"metadata": {"name": "p"}, "spec": body["spec"]["template"]["spec"]})) == 403
+        assert (
+            _status_code(
+                lambda: core.create_namespaced_pod(install.team, {"metadata": {"name": "p"}, "spec": body["spec"]["template"]["spec"]})
+            )
+            == 403
+        )
         # What the operator needs, it has.
         assert _status_code(lambda: core.list_node()) == 200
         assert _status_code(lambda: apps.list_namespaced_deployment(install.team)) == 200
@@ -145,16 +164,25 @@ def test_operator_with_only_its_service_account_runs_an_experiment_and_never_sho
         cluster = Cluster(admin_api)
         cluster.core.create_namespaced_secret(install.team, {"metadata": {"name": "hf-token"}, "stringData": {"token": token}})
         # The Lease where the chart's pod keeps it (its Role allows leases there only).
-        op = OperatorProcess(sandbox, tmp_path / "sa-operator", kubeconfig=install.kubeconfig,
-                             extra_env={"KNEEPOINT_NAMESPACES": install.team, "KNEEPOINT_LEASE_NAMESPACE": install.system})
+        op = OperatorProcess(
+            sandbox,
+            tmp_path / "sa-operator",
+            kubeconfig=install.kubeconfig,
+            extra_env={"KNEEPOINT_NAMESPACES": install.team, "KNEEPOINT_LEASE_NAMESPACE": install.system},
+        )
         op.start()
         try:
             cluster.create(experiment(stray, install.other, {"tiers": {"tensorParallel": [1]}}))
             cluster.create(experiment(name, install.team, {
                 "tiers": {"tensorParallel": [1]}, "model": {"hubTokenSecretRef": {"name": "hf-token", "key": "token"}}}))  # fmt: skip
             # The engine gets the token by reference: find it in the engine process's environment.
-            cluster.wait(install.team, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") in ("LoadTesting", "Collecting", "Measured"),
-                         120, "the engine serving")
+            cluster.wait(
+                install.team,
+                name,
+                lambda s: (tier(s, "tp1-pp1") or {}).get("phase") in ("LoadTesting", "Collecting", "Measured"),
+                120,
+                "the engine serving",
+            )
             engine_env = _engine_environ(install.team)
             final = cluster.wait_finished(install.team, name, 120)
             stray_status = cluster.status(install.other, stray)
@@ -180,8 +208,13 @@ def test_operator_with_only_its_service_account_runs_an_experiment_and_never_sho
     leaked = [where for where, text in places.items() if _scan(text, token)]
     assert leaked == [], f"the hub token appears in: {leaked}"
     assert not re.search(r"Forbidden|forbidden", op.logs()), op.logs()[-2000:]  # it never needed more
-    FaultLog().record("security", "planted hub token: scanned status, events, operator/runner/pod logs", True,
-                      places_scanned=len(places), leaks=len(leaked))
+    FaultLog().record(
+        "security",
+        "planted hub token: scanned status, events, operator/runner/pod logs",
+        True,
+        places_scanned=len(places),
+        leaks=len(leaked),
+    )
 
 
 def _engine_environ(namespace: str) -> dict[str, str]:

@@ -136,22 +136,49 @@ def _cases(empty_prometheus_url: str) -> list[Case]:
     one_tier = {"tiers": {"tensorParallel": [1]}}
     return [
         Case("oom", {"engine": {"extraArgs": ["--gpu-memory-utilization", "0.12"]}}, "engine out of memory at start (TP1)"),
-        Case("crashloop", {**one_tier, "engine": {"extraArgs": ["--block-size", "7"]}, "budget": {"tierTimeoutSeconds": 120}},
-             "engine crash loop (rejected flag)"),
-        Case("neverready", {"engine": {"env": [{"name": "KNEEPOINT_SIM_MODEL_LOAD_SECONDS", "value": "3600"}]},
-                            "budget": {"tierTimeoutSeconds": 10}}, "engine never Ready"),
-        Case("unschedulable", {**one_tier, "placement": {"gpuProduct": "NVIDIA-L40S"}, "budget": {"tierTimeoutSeconds": 10}},
-             "engine Unschedulable (node tainted)"),
-        Case("loadfail", {**one_tier, "engine": {"env": [{"name": "KNEEPOINT_SIM_FAIL_FRACTION", "value": "1"}]},
-                          "load": {"maxAttempts": 2}}, "load-test Job failure (every request 500)"),
-        Case("partial", {**one_tier, "engine": {"env": [{"name": "KNEEPOINT_SIM_FAIL_FRACTION", "value": "0.3"}]},
-                         "load": {"maxAttempts": 3, "maxErrorFraction": 0.1}}, "load-test partial failure (30 % errors > 10 %)"),
-        Case("tolerated", {**one_tier, "engine": {"env": [{"name": "KNEEPOINT_SIM_FAIL_FRACTION", "value": "0.05"}]},
-                           "load": {"maxErrorFraction": 0.25}}, "load-test errors under the threshold (5 % < 25 %)"),
-        Case("promdown", {**one_tier, "metrics": {"prometheusUrl": f"http://127.0.0.1:{_closed_port()}"}}, "Prometheus unreachable",
-             own_operator=True),
-        Case("promempty", {**one_tier, "metrics": {"prometheusUrl": empty_prometheus_url}}, "Prometheus returns no series",
-             own_operator=True),
+        Case(
+            "crashloop",
+            {**one_tier, "engine": {"extraArgs": ["--block-size", "7"]}, "budget": {"tierTimeoutSeconds": 120}},
+            "engine crash loop (rejected flag)",
+        ),
+        Case(
+            "neverready",
+            {"engine": {"env": [{"name": "KNEEPOINT_SIM_MODEL_LOAD_SECONDS", "value": "3600"}]}, "budget": {"tierTimeoutSeconds": 10}},
+            "engine never Ready",
+        ),
+        Case(
+            "unschedulable",
+            {**one_tier, "placement": {"gpuProduct": "NVIDIA-L40S"}, "budget": {"tierTimeoutSeconds": 10}},
+            "engine Unschedulable (node tainted)",
+        ),
+        Case(
+            "loadfail",
+            {**one_tier, "engine": {"env": [{"name": "KNEEPOINT_SIM_FAIL_FRACTION", "value": "1"}]}, "load": {"maxAttempts": 2}},
+            "load-test Job failure (every request 500)",
+        ),
+        Case(
+            "partial",
+            {
+                **one_tier,
+                "engine": {"env": [{"name": "KNEEPOINT_SIM_FAIL_FRACTION", "value": "0.3"}]},
+                "load": {"maxAttempts": 3, "maxErrorFraction": 0.1},
+            },
+            "load-test partial failure (30 % errors > 10 %)",
+        ),
+        Case(
+            "tolerated",
+            {**one_tier, "engine": {"env": [{"name": "KNEEPOINT_SIM_FAIL_FRACTION", "value": "0.05"}]}, "load": {"maxErrorFraction": 0.25}},
+            "load-test errors under the threshold (5 % < 25 %)",
+        ),
+        Case(
+            "promdown",
+            {**one_tier, "metrics": {"prometheusUrl": f"http://127.0.0.1:{_closed_port()}"}},
+            "Prometheus unreachable",
+            own_operator=True,
+        ),
+        Case(
+            "promempty", {**one_tier, "metrics": {"prometheusUrl": empty_prometheus_url}}, "Prometheus returns no series", own_operator=True
+        ),
     ]
 
 
@@ -164,9 +191,14 @@ def batch(sandbox: Any, operator: Any, empty_prometheus: str, tmp_path_factory: 
         case.namespace = f"kpf-{case.id}-{suffix}" if case.own_operator else session_namespace(operator, f"{case.id}-{suffix}")
         case.name = case.id
     namespaces = [c.namespace for c in cases.values()]
-    fast = OperatorProcess(sandbox, tmp_path_factory.mktemp("fast-metrics-operator"), extra_env={
-        "KNEEPOINT_NAMESPACES": ",".join(c.namespace for c in cases.values() if c.own_operator),
-        "KNEEPOINT_METRICS_DEADLINE_SECONDS": str(METRICS_DEADLINE)})
+    fast = OperatorProcess(
+        sandbox,
+        tmp_path_factory.mktemp("fast-metrics-operator"),
+        extra_env={
+            "KNEEPOINT_NAMESPACES": ",".join(c.namespace for c in cases.values() if c.own_operator),
+            "KNEEPOINT_METRICS_DEADLINE_SECONDS": str(METRICS_DEADLINE),
+        },
+    )
     with sandbox.api_client() as api:
         cluster = Cluster(api)
         node = cluster.core.read_node("l40s-0")
@@ -227,8 +259,16 @@ def _tier_seconds(t: dict[str, Any]) -> float:
 
 def _log(case: Case, **figures: Any) -> None:
     reasons = [f"{t['name']}: {t['phase']}: {t.get('reason') or ''}"[:400] for t in case.final.get("tiers") or []]
-    FaultLog().record("tier-faults", case.fault, True, case_id=case.id, phase=case.final.get("phase"), tier_reasons=reasons,
-                      experiment_seconds=round((case.finished_at or 0) - case.applied_at, 1), **figures)
+    FaultLog().record(
+        "tier-faults",
+        case.fault,
+        True,
+        case_id=case.id,
+        phase=case.final.get("phase"),
+        tier_reasons=reasons,
+        experiment_seconds=round((case.finished_at or 0) - case.applied_at, 1),
+        **figures,
+    )
 
 
 def test_engine_out_of_memory_at_start_is_recorded_and_the_ladder_goes_on(batch: Batch) -> None:

@@ -158,8 +158,11 @@ def test_405b_skips_single_node_tiers_and_profiles_tp8_pp2_as_a_leader_worker_se
     api.create(experiment("big", mn_namespace, [1, 2, 4, 8]))
 
     # While the group is load-tested: one LeaderWorkerSet, two pods on two nodes, both Ready.
-    wait_for(lambda: _phase(api, mn_namespace, "big", "tp8-pp2") in ("LoadTesting", "Collecting", "Measured"), 240,
-             what="tp8-pp2 to reach LoadTesting")
+    wait_for(
+        lambda: _phase(api, mn_namespace, "big", "tp8-pp2") in ("LoadTesting", "Collecting", "Measured"),
+        240,
+        what="tp8-pp2 to reach LoadTesting",
+    )
     (lws,) = api.leader_worker_sets(mn_namespace)
     assert lws["metadata"]["name"] == "big-tp8-pp2" and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     assert lws["metadata"]["annotations"][naming.LWS_EXCLUSIVE_TOPOLOGY] == "topology.kubernetes.io/zone"
@@ -212,8 +215,9 @@ def test_partly_scheduled_group_times_out_as_unschedulable_with_pods_placed(
     api.core.patch_node("h100-1", {"spec": {"taints": [*(node.spec.taints or []), TAINT]}})
     try:
         api.create(experiment("partial", mn_namespace, [8], timeout=20))
-        wait_for(lambda: _phase(api, mn_namespace, "partial") in ("Decided", "Failed"), 180, interval=2,
-                 what="the partial group to time out")
+        wait_for(
+            lambda: _phase(api, mn_namespace, "partial") in ("Decided", "Failed"), 180, interval=2, what="the partial group to time out"
+        )
         status = api.status(mn_namespace, "partial")
         group = status.tier("tp8-pp2")
         print(f"[multinode] partial group: {group.reason}", flush=True)

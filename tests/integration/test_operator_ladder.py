@@ -142,7 +142,9 @@ def check_recommendation(exps: Cluster, namespace: str, name: str, obj: dict[str
     decision, rec = status["decision"], status["recommendation"]
     cm = exps.core.read_namespaced_config_map(rec["configMapName"], namespace)
     assert cm.metadata.labels["kneepoint.io/experiment"] == name and cm.metadata.labels["kneepoint.io/role"] == "recommendation"
-    assert [(o.kind, o.uid, o.controller) for o in cm.metadata.owner_references] == [("ParallelismExperiment", obj["metadata"]["uid"], True)]
+    assert [(o.kind, o.uid, o.controller) for o in cm.metadata.owner_references] == [
+        ("ParallelismExperiment", obj["metadata"]["uid"], True)
+    ]
     isvc = yaml.safe_load(cm.data["inferenceservice.yaml"])
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1" and isvc["kind"] == "InferenceService"
     predictor = isvc["spec"]["predictor"]
@@ -338,8 +340,12 @@ def test_70b_at_tp1_refused_like_real_vllm_is_does_not_fit_with_vllms_line(sandb
     # cause in the EngineCore's lines, the termination message only the API server's traceback.
     name = "llama-70b-tp1"
     spec = {
-        "model": {"uri": "hf://meta-llama/Llama-3.3-70B-Instruct", "dtype": "bfloat16", "maxModelLen": 4096,
-                  "architecture": {"preset": "llama-3-70b"}},
+        "model": {
+            "uri": "hf://meta-llama/Llama-3.3-70B-Instruct",
+            "dtype": "bfloat16",
+            "maxModelLen": 4096,
+            "architecture": {"preset": "llama-3-70b"},
+        },
         "engine": {"gpuMemoryUtilization": 0.99, "extraArgs": ["--gpu-memory-utilization", "0.9"]},
         "tiers": {"tensorParallel": [1]},
         "load": {"concurrency": 8, "numRequests": 16, "inputLen": 256, "outputLen": 32, "repeats": 1},
@@ -395,7 +401,11 @@ def test_budget_stops_the_ladder_before_a_tier_that_would_pass_the_cap(exps: Clu
     # 0.005 GPU-hours = 0.3 GPU-minutes: TP=1 may start (nothing spent, nothing to predict
     # from); TP=2 would cost twice TP=1's wall time, which is more than the rest.
     spec = example_spec(
-        "experiment.yaml", load=SMALL_8B_LOAD, tiers={"tensorParallel": [1, 2, 4]}, stopRules={"memoryHeadroom": 0.05}, budget={"maxGpuHours": 0.005}
+        "experiment.yaml",
+        load=SMALL_8B_LOAD,
+        tiers={"tensorParallel": [1, 2, 4]},
+        stopRules={"memoryHeadroom": 0.05},
+        budget={"maxGpuHours": 0.005},
     )
     exps.create(experiment(name, namespace, base=spec))
     status = exps.wait_finished(namespace, name, 150)

@@ -111,7 +111,7 @@ def test_operator_killed_while_load_testing_resumes_without_measuring_twice(
     assert all(t["attempts"] == 1 for t in measured)
     labels = {t["name"].split("-")[0].upper() for t in measured}
     for reason in ("TierDeploying", "TierMeasured"):
-        assert _per_tier(exps, killed_ns, name, reason) == Counter({label: 1 for label in labels}), reason
+        assert _per_tier(exps, killed_ns, name, reason) == Counter(dict.fromkeys(labels, 1)), reason
     # Events are posted after the status write they belong to: the kill, right after TP4's
     # LoadTesting was written, may have cut off that pass's TierReady/LoadTestStarted. They
     # are lost then, never posted twice.
@@ -149,7 +149,7 @@ def test_deleting_the_experiment_mid_tier_leaves_no_child_and_frees_the_gpus(exp
         if "gpus" not in gone and not exps.gpu_pods(namespace):
             gone["gpus"] = now
         time.sleep(0.1)
-    print(f"\nafter delete: " + ", ".join(f"{k} gone in {v:.1f} s" for k, v in gone.items()))
+    print("\nafter delete: " + ", ".join(f"{k} gone in {v:.1f} s" for k, v in gone.items()))
     assert set(gone) == {"experiment", "children", "gpus"}, (gone, exps.child_names(namespace, name), exps.gpu_pods(namespace))
     assert max(gone.values()) < 30
     # Nothing comes back: no late reconcile pass re-creates a child of the deleted experiment.
@@ -207,7 +207,9 @@ def test_spec_change_restarts_or_re_decides(exps: Cluster, namespace: str) -> No
 
     # A measurement-defining field changes mid-tier: children deleted, measurements discarded, ladder restarted.
     exps.patch_spec(namespace, name, {"load": {"concurrency": 8}})
-    decided = exps.wait(namespace, name, lambda s: s.get("observedGeneration") == 2 and s.get("phase") == "Decided", 240, "Decided for generation 2")
+    decided = exps.wait(
+        namespace, name, lambda s: s.get("observedGeneration") == 2 and s.get("phase") == "Decided", 240, "Decided for generation 2"
+    )
     assert decided["measuredSpecHash"] != before["measuredSpecHash"]
     events = exps.events(namespace, name)
     changed = [i for i, e in enumerate(events) if e["reason"] == "SpecChanged"]

@@ -59,8 +59,7 @@ def _deployment(name: str, gpus: int) -> dict[str, Any]:
                 "metadata": {"labels": labels},
                 "spec": {
                     "containers": [
-                        {"name": "engine", "image": "vllm/vllm-openai:v0.11.0",
-                         "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+                        {"name": "engine", "image": "vllm/vllm-openai:v0.11.0", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
                     ]
                 },
             },
@@ -150,7 +149,7 @@ def test_prometheus_is_ready_and_scraping_the_control_plane(sandbox: Any) -> Non
         if all(health.get(job) == "up" for job in wanted) or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert {job: health.get(job) for job in wanted} == {job: "up" for job in wanted}
+    assert {job: health.get(job) for job in wanted} == dict.fromkeys(wanted, "up")
     result = _get_json(f"{sandbox.prometheus_url}/api/v1/query?query=up%7Bjob%3D%22kube-apiserver%22%7D")
     assert result["data"]["result"][0]["value"][1] == "1"
 
@@ -161,8 +160,9 @@ def test_prometheus_discovers_engine_pods_by_label(sandbox: Any, namespace: str)
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "engine-0", "labels": {"kneepoint.io/role": "engine", "kneepoint.io/tier": "tp1-pp1", **PRETEND}},
-        "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0",
-                                 "ports": [{"name": "http", "containerPort": 8000}]}]},
+        "spec": {
+            "containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0", "ports": [{"name": "http", "containerPort": 8000}]}]
+        },
     }
     with sandbox.api_client() as api:
         core = client.CoreV1Api(api)
@@ -218,10 +218,26 @@ def test_up_is_idempotent_and_down_leaves_no_process(sandbox: Any, tmp_path: Pat
     assert "everything reused" in second.stdout
     # A changed fleet file reshapes the nodes without restarting anything.
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump({"kind": "SandboxFleet", "nodeGroups": [
-        {"namePrefix": "h200", "count": 3, "gpuProduct": "NVIDIA-H200", "gpuCount": 8, "gpuMemoryMiB": 143771,
-         "interconnect": "nvlink", "cpu": "192", "memory": "2Ti", "labels": {"zone": "b"}},
-    ]}))
+    fleet.write_text(
+        yaml.safe_dump(
+            {
+                "kind": "SandboxFleet",
+                "nodeGroups": [
+                    {
+                        "namePrefix": "h200",
+                        "count": 3,
+                        "gpuProduct": "NVIDIA-H200",
+                        "gpuCount": 8,
+                        "gpuMemoryMiB": 143771,
+                        "interconnect": "nvlink",
+                        "cpu": "192",
+                        "memory": "2Ti",
+                        "labels": {"zone": "b"},
+                    },
+                ],
+            }
+        )
+    )
     third = subprocess.run([*cli, "up", "--no-runner", "--fleet", str(fleet)], env=env, capture_output=True, text=True, timeout=120)
     assert third.returncode == 0, third.stdout + third.stderr
     assert "everything reused" in third.stdout
@@ -280,7 +296,10 @@ def test_a_port_taken_by_another_program_is_named(tmp_path: Path) -> None:
         env = {**os.environ, "KNEEPOINT_SANDBOX_DIR": str(tmp_path / "state")}
         proc = subprocess.run(
             [sys.executable, "-m", "kneepoint", "sandbox", "up", "--port-offset", str(offset), "--no-runner"],
-            env=env, capture_output=True, text=True, timeout=120,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert proc.returncode == 1
     assert f"port 127.0.0.1:{port} is taken by pid {os.getpid()}" in proc.stderr

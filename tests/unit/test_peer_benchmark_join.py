@@ -25,17 +25,33 @@ MONO = 5_000.0  # the client's perf_counter at the same moment
 
 def _write(tmp_path: Path) -> None:
     # Three requests 1 s apart; the client measured TTFT = injected + 2 ms, except the failed one.
-    export = {"request_throughput": 3.0, "output_throughput": 30.0,
-              "start_times": [MONO, MONO + 1, MONO + 2], "latencies": [0.5, 0.5, 0.5],
-              "ttfts": [0.012, 0.022, 0.0], "output_lens": [10, 10, 0], "errors": ["", "", "boom"]}
+    export = {
+        "request_throughput": 3.0,
+        "output_throughput": 30.0,
+        "start_times": [MONO, MONO + 1, MONO + 2],
+        "latencies": [0.5, 0.5, 0.5],
+        "ttfts": [0.012, 0.022, 0.0],
+        "output_lens": [10, 10, 0],
+        "errors": ["", "", "boom"],
+    }
     (tmp_path / "vllm.json").write_text(json.dumps(export))
     truth = []
     for i, injected in enumerate((0.010, 0.020, 0.030)):
         received = WALL + i + 0.0003
-        truth.append({"id": f"chatcmpl-{VLLM_REQUEST_ID_PREFIX}{i}", "received": received, "arrival": received + 0.0001,
-                      "firstToken": received + injected, "firstWrite": received + injected + 0.0001,
-                      "finish": received + 0.5, "ttftSeconds": injected, "socketTtftSeconds": injected + 0.0001,
-                      "promptTokens": 128, "outputTokens": 10})
+        truth.append(
+            {
+                "id": f"chatcmpl-{VLLM_REQUEST_ID_PREFIX}{i}",
+                "received": received,
+                "arrival": received + 0.0001,
+                "firstToken": received + injected,
+                "firstWrite": received + injected + 0.0001,
+                "finish": received + 0.5,
+                "ttftSeconds": injected,
+                "socketTtftSeconds": injected + 0.0001,
+                "promptTokens": 128,
+                "outputTokens": 10,
+            }
+        )
     # A warm-up request the simulator named itself: not joined with anything.
     truth.append({**truth[0], "id": "chatcmpl-d82c07cd00000001"})
     (tmp_path / "truth.jsonl").write_text("".join(json.dumps(row) + "\n" for row in truth))

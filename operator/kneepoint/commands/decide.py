@@ -73,7 +73,9 @@ def _fail(message: str) -> typing.NoReturn:
 
 @click.command(name="decide", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("file", required=False)
-@click.option("--output", "-o", "output", default="table", metavar="table|json|yaml", help="table (default), or json/yaml: the experiment's status.")
+@click.option(
+    "--output", "-o", "output", default="table", metavar="table|json|yaml", help="table (default), or json/yaml: the experiment's status."
+)
 @click.option(
     "--budget-stopped",
     is_flag=True,

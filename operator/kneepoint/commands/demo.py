@@ -51,11 +51,20 @@ def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
     help="ParallelismExperiment to run (default: deploy/examples/experiment.yaml).",
 )
 @click.option("--namespace", "-n", default=DEMO_NAMESPACE, show_default=True, help="Namespace for the experiment.")
-@click.option("--png", type=click.Path(dir_okay=False, path_type=Path), default=Path("kneepoint-demo-knee.png"), show_default=True,
-              help="Where to write the knee chart.")
+@click.option(
+    "--png",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("kneepoint-demo-knee.png"),
+    show_default=True,
+    help="Where to write the knee chart.",
+)
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Give up after this many seconds.")
-@click.option("--keep", is_flag=True, default=False,
-              help="Leave the sandbox, the operator and the experiment running when the demo ends (default: remove what it started).")
+@click.option(
+    "--keep",
+    is_flag=True,
+    default=False,
+    help="Leave the sandbox, the operator and the experiment running when the demo ends (default: remove what it started).",
+)
 def command(experiment_path: Path | None, namespace: str, png: Path, timeout: float, keep: bool) -> None:
     """Run an example experiment end to end on the local sandbox and print the decision."""
     from kneepoint.sandbox import binaries, controlplane
@@ -111,17 +120,22 @@ class _Cleanup:
             return
         _say("cleaning up what the demo started (keep it next time with: kneepoint demo --keep)")
         # The experiment first, while the operator runs to remove its finalizer.
-        subprocess.run([*self.kubectl, "-n", self.namespace, "delete", "pexp", self.name, "--ignore-not-found", "--wait=true",
-                        "--timeout=60s"], capture_output=True, text=True)
+        subprocess.run(
+            [*self.kubectl, "-n", self.namespace, "delete", "pexp", self.name, "--ignore-not-found", "--wait=true", "--timeout=60s"],
+            capture_output=True,
+            text=True,
+        )
         if self.namespace_created:
             subprocess.run([*self.kubectl, "delete", "namespace", self.namespace, "--wait=false"], capture_output=True, text=True)
         if self.release_installed and self.helm is not None:
-            subprocess.run([*self.helm, "uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait", "--timeout", "60s"],
-                           capture_output=True, text=True)
+            subprocess.run(
+                [*self.helm, "uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait", "--timeout", "60s"],
+                capture_output=True,
+                text=True,
+            )
             self._lease_released()
         if started:
             controlplane.down(only=started, say=lambda line: None)
-
 
     def _lease_released(self, timeout: float = LEASE_RELEASE_SECONDS) -> None:
         """Wait until the uninstalled operator has let go of its Lease, then delete it.
@@ -132,8 +146,16 @@ class _Cleanup:
         """
         from kneepoint.kube.leader_election import ElectionTiming, lease_name
 
-        lease = [*self.kubectl, "-n", OPERATOR_NAMESPACE, "get", "lease", lease_name(()), "-o",
-                 "jsonpath={.spec.holderIdentity}|{.spec.renewTime}"]
+        lease = [
+            *self.kubectl,
+            "-n",
+            OPERATOR_NAMESPACE,
+            "get",
+            "lease",
+            lease_name(()),
+            "-o",
+            "jsonpath={.spec.holderIdentity}|{.spec.renewTime}",
+        ]
         deadline = time.monotonic() + timeout
         last, changed = None, time.monotonic()
         while time.monotonic() < deadline:
@@ -147,31 +169,65 @@ class _Cleanup:
                 break  # not renewed for a lease duration: its holder is gone (killed without releasing)
             time.sleep(1.0)
         else:
-            click.echo(f"warning: the operator's Lease {OPERATOR_NAMESPACE}/{lease_name(())} is still held after {timeout:.0f} s",
-                       err=True)
+            click.echo(f"warning: the operator's Lease {OPERATOR_NAMESPACE}/{lease_name(())} is still held after {timeout:.0f} s", err=True)
             return
-        subprocess.run([*self.kubectl, "-n", OPERATOR_NAMESPACE, "delete", "lease", lease_name(()), "--ignore-not-found"],
-                       capture_output=True, text=True)
+        subprocess.run(
+            [*self.kubectl, "-n", OPERATOR_NAMESPACE, "delete", "lease", lease_name(()), "--ignore-not-found"],
+            capture_output=True,
+            text=True,
+        )
 
 
-def _demo(root: Path, sandbox: Any, found: Any, kubectl: list[str], experiment_path: Path, namespace: str, name: str, png: Path,
-          timeout: float, started: float, cleanup: _Cleanup, ensure_helm: Any, keep: bool) -> int:
+def _demo(
+    root: Path,
+    sandbox: Any,
+    found: Any,
+    kubectl: list[str],
+    experiment_path: Path,
+    namespace: str,
+    name: str,
+    png: Path,
+    timeout: float,
+    started: float,
+    cleanup: _Cleanup,
+    ensure_helm: Any,
+    keep: bool,
+) -> int:
     _say("== 2/4 operator: helm install of charts/kneepoint (runs as a pod with the chart's ServiceAccount)")
     helm = ensure_helm(say=_say)
     cleanup.helm = [str(helm), f"--kubeconfig={sandbox.kubeconfig}"]
-    had_release = subprocess.run([*cleanup.helm, "status", RELEASE, "--namespace", OPERATOR_NAMESPACE],
-                                 capture_output=True, text=True).returncode == 0
+    had_release = (
+        subprocess.run([*cleanup.helm, "status", RELEASE, "--namespace", OPERATOR_NAMESPACE], capture_output=True, text=True).returncode
+        == 0
+    )
     cleanup.release_installed = not had_release
     _run(
         [
-            str(helm), "upgrade", "--install", RELEASE, str(root / "charts" / "kneepoint"),
-            f"--kubeconfig={sandbox.kubeconfig}", "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
-            "--set", f"prometheus.url={sandbox.prometheus_url}",
-            "--set", "prometheus.scrapeIntervalSeconds=2",
+            str(helm),
+            "upgrade",
+            "--install",
+            RELEASE,
+            str(root / "charts" / "kneepoint"),
+            f"--kubeconfig={sandbox.kubeconfig}",
+            "--namespace",
+            OPERATOR_NAMESPACE,
+            "--create-namespace",
+            "--set",
+            f"prometheus.url={sandbox.prometheus_url}",
+            "--set",
+            "prometheus.scrapeIntervalSeconds=2",
             # The sandbox's Prometheus scrapes every 2 s, so the ladder need not wait long for the last scrape.
-            "--set", "extraEnv[0].name=KNEEPOINT_METRICS_SETTLE_SECONDS", "--set-string", "extraEnv[0].value=5",
-            "--set", "extraEnv[1].name=KNEEPOINT_POLL_SECONDS", "--set-string", "extraEnv[1].value=2",
-            "--wait", "--timeout", "120s",
+            "--set",
+            "extraEnv[0].name=KNEEPOINT_METRICS_SETTLE_SECONDS",
+            "--set-string",
+            "extraEnv[0].value=5",
+            "--set",
+            "extraEnv[1].name=KNEEPOINT_POLL_SECONDS",
+            "--set-string",
+            "extraEnv[1].value=2",
+            "--wait",
+            "--timeout",
+            "120s",
         ],
         "helm upgrade --install",
     )
@@ -198,7 +254,9 @@ def _demo(root: Path, sandbox: Any, found: Any, kubectl: list[str], experiment_p
 
     def fetch() -> LoadedExperiment:
         if time.monotonic() > deadline:
-            raise click.ClickException(f"the experiment did not finish within {timeout:.0f} s; see kubectl describe pexp -n {namespace} {name}")
+            raise click.ClickException(
+                f"the experiment did not finish within {timeout:.0f} s; see kubectl describe pexp -n {namespace} {name}"
+            )
         return load_from_cluster(cluster, name, require_tiers=False)
 
     watch_experiment(fetch, echo=_say, warn=lambda line: click.echo(line, err=True), interval=3.0)

@@ -68,11 +68,11 @@ def _parse_int_list(flag: str, text: str, allowed: tuple[int, ...] | None = None
     return values
 
 
-def _resolve_architecture(
-    preset: str | None, config: str | None, model: str | None, shape: dict[str, int | None]
-) -> ModelArchitecture:
+def _resolve_architecture(preset: str | None, config: str | None, model: str | None, shape: dict[str, int | None]) -> ModelArchitecture:
     explicit: dict[str, Any] = {k: v for k, v in shape.items() if v is not None}
-    sources = [name for name, given in (("--preset", preset), ("--config", config), ("--model", model), ("--num-layers ...", explicit)) if given]
+    sources = [
+        name for name, given in (("--preset", preset), ("--config", config), ("--model", model), ("--num-layers ...", explicit)) if given
+    ]
     if len(sources) != 1:
         raise InputError(
             "give exactly one architecture source: --preset NAME, --config config.json, --model HF-NAME or --num-layers with the "
@@ -86,7 +86,9 @@ def _resolve_architecture(
     if model:
         matched = match_preset_for_model_name(model)
         if matched is None:
-            raise InputError(f"--model: {model!r} matches no preset; use --config config.json or --preset (one of {', '.join(preset_names())})")
+            raise InputError(
+                f"--model: {model!r} matches no preset; use --config config.json or --preset (one of {', '.join(preset_names())})"
+            )
         return get_preset(matched)
     if config:
         try:
@@ -104,8 +106,14 @@ def _resolve_architecture(
     except ValueError as exc:
         # Translate the spec field path into this command's flag names.
         message = str(exc).replace("spec.model.architecture.", "--").replace("spec.model.architecture", "shape flags")
-        for camel, flag in (("numLayers", "num-layers"), ("hiddenSize", "hidden-size"), ("numAttentionHeads", "num-attention-heads"),
-                            ("vocabSize", "vocab-size"), ("intermediateSize", "intermediate-size"), ("numExpertsPerToken", "num-experts-per-token")):
+        for camel, flag in (
+            ("numLayers", "num-layers"),
+            ("hiddenSize", "hidden-size"),
+            ("numAttentionHeads", "num-attention-heads"),
+            ("vocabSize", "vocab-size"),
+            ("intermediateSize", "intermediate-size"),
+            ("numExpertsPerToken", "num-experts-per-token"),
+        ):
             message = message.replace(f"--{camel}", f"--{flag}")
         raise InputError(message) from None
 
@@ -174,8 +182,16 @@ def _render_presets() -> str:
         experts = f"{arch.num_experts} (top {arch.num_experts_per_token})" if arch.is_moe else "-"
         heads = f"{arch.num_attention_heads}/MLA" if arch.uses_mla else f"{arch.num_attention_heads}/{arch.num_key_value_heads}"
         rows.append(
-            [name, f"{arch.num_parameters / 1e9:.2f}B", f"{arch.active_parameters_per_token / 1e9:.2f}B", str(arch.num_layers),
-             str(arch.hidden_size), heads, experts, info.get("source", "")]
+            [
+                name,
+                f"{arch.num_parameters / 1e9:.2f}B",
+                f"{arch.active_parameters_per_token / 1e9:.2f}B",
+                str(arch.num_layers),
+                str(arch.hidden_size),
+                heads,
+                experts,
+                info.get("source", ""),
+            ]
         )
     return _columns(header, rows)
 
@@ -183,8 +199,15 @@ def _render_presets() -> str:
 def _render_gpus() -> str:
     header = ["gpu", "name", "memory", "HBM GB/s", "bf16 TFLOP/s", "link", "GFD product label"]
     rows = [
-        [g.name, g.display_name, f"{g.memory_bytes / GIB:.1f} GiB", f"{g.hbm_bandwidth_gbps:.0f}", f"{g.bf16_tflops:.0f}", g.interconnect,
-         g.product_labels[0] if g.product_labels else ""]
+        [
+            g.name,
+            g.display_name,
+            f"{g.memory_bytes / GIB:.1f} GiB",
+            f"{g.hbm_bandwidth_gbps:.0f}",
+            f"{g.bf16_tflops:.0f}",
+            g.interconnect,
+            g.product_labels[0] if g.product_labels else "",
+        ]
         for g in all_gpu_types()
     ]
     return _columns(header, rows)
@@ -281,9 +304,15 @@ def command(
         raise InputError(f"--interconnect: must be one of {', '.join(NCCL_BUFFER_BYTES)}; got {interconnect!r}")
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise InputError(f"--gpu-memory-utilization: must be in (0, 1]; got {gpu_memory_utilization}")
-    for flag, value in (("--concurrency", concurrency), ("--max-model-len", max_model_len), ("--context", context_len),
-                        ("--input-len", input_len), ("--output-len", output_len), ("--max-num-batched-tokens", max_num_batched_tokens),
-                        ("--max-num-seqs", max_num_seqs)):
+    for flag, value in (
+        ("--concurrency", concurrency),
+        ("--max-model-len", max_model_len),
+        ("--context", context_len),
+        ("--input-len", input_len),
+        ("--output-len", output_len),
+        ("--max-num-batched-tokens", max_num_batched_tokens),
+        ("--max-num-seqs", max_num_seqs),
+    ):
         if value is not None and value < 1:
             raise InputError(f"{flag}: must be at least 1; got {value}")
     if context_len is not None and (input_len is not None or output_len is not None):
@@ -300,9 +329,15 @@ def command(
         config_path,
         model,
         {
-            "num_layers": num_layers, "hidden_size": hidden_size, "num_attention_heads": num_attention_heads,
-            "num_key_value_heads": num_key_value_heads, "head_dim": head_dim, "intermediate_size": intermediate_size,
-            "vocab_size": vocab_size, "num_experts": num_experts, "num_experts_per_token": num_experts_per_token,
+            "num_layers": num_layers,
+            "hidden_size": hidden_size,
+            "num_attention_heads": num_attention_heads,
+            "num_key_value_heads": num_key_value_heads,
+            "head_dim": head_dim,
+            "intermediate_size": intermediate_size,
+            "vocab_size": vocab_size,
+            "num_experts": num_experts,
+            "num_experts_per_token": num_experts_per_token,
             "moe_intermediate_size": moe_intermediate_size,
         },
     )
@@ -327,7 +362,11 @@ def command(
     ]
     if output_format == "json":
         document = {
-            "architecture": {**arch.to_dict(), "num_parameters": arch.num_parameters, "active_parameters_per_token": arch.active_parameters_per_token},
+            "architecture": {
+                **arch.to_dict(),
+                "num_parameters": arch.num_parameters,
+                "active_parameters_per_token": arch.active_parameters_per_token,
+            },
             "gpu": {"name": gpu_type.name, "displayName": gpu_type.display_name, "memoryBytes": gpu_type.memory_bytes},
             "tiers": [e.to_dict() for e in estimates],
         }

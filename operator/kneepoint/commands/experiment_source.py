@@ -21,14 +21,15 @@ import math
 import os
 import sys
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from kneepoint.core.apifields import from_json, json_name, unwrap_optional
-from kneepoint.core.spec import ExperimentSpec, ModelSpec, SpecError, parse_spec
 from kneepoint.core.rule_names import RULES
+from kneepoint.core.spec import ExperimentSpec, ModelSpec, SpecError, parse_spec
 from kneepoint.core.status import TIER_MEASURED, TIER_PENDING, TIER_PHASES, Decision, Recommendation, TierResult
 from kneepoint.core.tiers import Tier, build_ladder, parse_tier_name
 from kneepoint.kube.naming import API_VERSION, GROUP, KIND
@@ -167,7 +168,9 @@ def parse_tier(data: Any, where: str, from_text: bool = False) -> TierResult:
     if phase not in TIER_PHASES:
         raise InputError(f"{where}{sep}phase: expected one of {', '.join(TIER_PHASES)}, got {phase!r}")
     if phase == TIER_MEASURED and not (kwargs.get("output_tokens_per_second") or 0) > 0:
-        raise InputError(f"{where}{sep}outputTokensPerSecond: a Measured tier needs a positive number, got {kwargs.get('output_tokens_per_second')!r}")
+        raise InputError(
+            f"{where}{sep}outputTokensPerSecond: a Measured tier needs a positive number, got {kwargs.get('output_tokens_per_second')!r}"
+        )
     kwargs.update(tensor_parallel=tp, pipeline_parallel=pp, gpus=tier.gpus, name=tier.name, phase=phase)
     return TierResult(**kwargs)
 
@@ -202,7 +205,8 @@ def _order_by_ladder(spec: ExperimentSpec, tiers: list[TierResult], where: str) 
         by_name[t.name] = t
     # A ladder tier the status lacks has not run yet.
     return tuple(
-        by_name.get(lt.name) or TierResult(tensor_parallel=lt.tensor_parallel, pipeline_parallel=lt.pipeline_parallel, gpus=lt.gpus, name=lt.name)
+        by_name.get(lt.name)
+        or TierResult(tensor_parallel=lt.tensor_parallel, pipeline_parallel=lt.pipeline_parallel, gpus=lt.gpus, name=lt.name)
         for lt in ladder
     )
 
@@ -410,7 +414,9 @@ class ClusterSource:
         except (config.ConfigException, OSError, TypeError, KeyError) as err:
             where = f"--kubeconfig {kubeconfig}" if kubeconfig else "kubeconfig"
             detail = " ".join(str(err).split()) or type(err).__name__
-            raise InputError(f"{where}: cannot load a Kubernetes configuration ({detail}); pass --kubeconfig PATH or set KUBECONFIG") from None
+            raise InputError(
+                f"{where}: cannot load a Kubernetes configuration ({detail}); pass --kubeconfig PATH or set KUBECONFIG"
+            ) from None
         self.namespace: str = namespace or context_namespace or "default"
         self.server: str = str(api_client.configuration.host)
         self._custom = client.CustomObjectsApi(api_client)
@@ -425,7 +431,9 @@ class ClusterSource:
             if err.status == 404:
                 raise NotFoundError(f"{what} not found") from None
             reason = _api_error_message(err)
-            raise InputError(f"{what}: the API server at {self.server} answered {err.status} {err.reason}{': ' + reason if reason else ''}") from None
+            raise InputError(
+                f"{what}: the API server at {self.server} answered {err.status} {err.reason}{': ' + reason if reason else ''}"
+            ) from None
         except (urllib3.exceptions.HTTPError, OSError) as err:
             detail = " ".join(str(err).split())[:200]
             raise InputError(f"{what}: cannot reach the API server at {self.server} ({detail})") from None
@@ -436,7 +444,8 @@ class ClusterSource:
 
         what = f"experiment {self.namespace}/{name}"
         return typing.cast(
-            dict, self._call(what, self._custom.get_namespaced_custom_object, naming.GROUP, naming.VERSION, self.namespace, naming.PLURAL, name)
+            dict,
+            self._call(what, self._custom.get_namespaced_custom_object, naming.GROUP, naming.VERSION, self.namespace, naming.PLURAL, name),
         )
 
     def get_config_map_data(self, name: str) -> dict[str, str]:

@@ -24,10 +24,10 @@ import yaml
 
 from kneepoint.commands import experiment_source
 from kneepoint.commands.experiment_source import SOURCE_CLUSTER, ClusterSource, InputError, LoadedExperiment, NotFoundError
-from kneepoint.core.decision import STATE_DECIDED, decide
-from kneepoint.core.status import Decision
 from kneepoint.core.architectures import ModelArchitecture, architecture_from_spec
+from kneepoint.core.decision import STATE_DECIDED, decide
 from kneepoint.core.spec import KSERVE_DEPLOYMENT_MODES
+from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import kserve
 from kneepoint.kube.manifests import BuildContext, Owner, build_engine_leader_worker_set
@@ -156,7 +156,9 @@ def _fail(message: str, code: int = 2) -> typing.NoReturn:
 @click.command(name="export", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("name_or_file", required=False)
 @click.option("--kserve", "as_kserve", is_flag=True, help="Print the KServe InferenceService (v1beta1) for the decided tier.")
-@click.option("--lws", "as_lws", is_flag=True, help="Print the decided tier as a LeaderWorkerSet (the multi-node engine the operator measured).")
+@click.option(
+    "--lws", "as_lws", is_flag=True, help="Print the decided tier as a LeaderWorkerSet (the multi-node engine the operator measured)."
+)
 @click.option(
     "--deployment-mode",
     type=click.Choice(KSERVE_DEPLOYMENT_MODES),
@@ -164,7 +166,12 @@ def _fail(message: str, code: int = 2) -> typing.NoReturn:
     help="KServe deployment mode (default: spec.export.kserve.deploymentMode, Standard). RawDeployment and Serverless are "
     "the names KServe <= 0.15 uses.",
 )
-@click.option("--prometheus-url", default=None, metavar="URL", help="Prometheus KEDA queries in Standard mode (default: the spec's, then the operator's default).")
+@click.option(
+    "--prometheus-url",
+    default=None,
+    metavar="URL",
+    help="Prometheus KEDA queries in Standard mode (default: the spec's, then the operator's default).",
+)
 @click.option("--namespace", "-n", default=None, help="Namespace of the experiment (default: the kube context's, then default).")
 @click.option("--kubeconfig", default=None, metavar="PATH", help="Kubeconfig file (default: KUBECONFIG or ~/.kube/config).")
 def command(

@@ -82,7 +82,11 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
     def standby(holder: str | None) -> None:
         log.warning(
             "Standby: Lease %s/%s (scope: %s) is held by %s; this process takes over if that one stops renewing it "
-            "(use --namespace to run an operator of its own scope)", namespace, name, scope, holder,
+            "(use --namespace to run an operator of its own scope)",
+            namespace,
+            name,
+            scope,
+            holder,
         )
 
     await elector.acquire(on_standby=standby)
@@ -121,15 +125,29 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
 
 
 @click.command("operator")
-@click.option("--namespace", "-n", "namespaces", multiple=True,
-              help="Watch only these namespaces (repeatable; glob patterns as kopf's); default all. The scope names the "
-                   "Lease, so an operator of another scope does not wait for this one.")
-@click.option("--lease-namespace", default=None, envvar="KNEEPOINT_LEASE_NAMESPACE",
-              help="Namespace of the leader-election Lease (default: the pod's own in a cluster; locally, that of an "
-                   "existing Lease of the same scope, else the kube context's namespace).")
-@click.option("--exit-on-lost-lease", is_flag=True, default=False, envvar="KNEEPOINT_EXIT_ON_LOST_LEASE",
-              help="A leader that loses its Lease exits with status 3 (for a supervisor that restarts it) instead of "
-                   "starting over in place as a standby.")
+@click.option(
+    "--namespace",
+    "-n",
+    "namespaces",
+    multiple=True,
+    help="Watch only these namespaces (repeatable; glob patterns as kopf's); default all. The scope names the "
+    "Lease, so an operator of another scope does not wait for this one.",
+)
+@click.option(
+    "--lease-namespace",
+    default=None,
+    envvar="KNEEPOINT_LEASE_NAMESPACE",
+    help="Namespace of the leader-election Lease (default: the pod's own in a cluster; locally, that of an "
+    "existing Lease of the same scope, else the kube context's namespace).",
+)
+@click.option(
+    "--exit-on-lost-lease",
+    is_flag=True,
+    default=False,
+    envvar="KNEEPOINT_EXIT_ON_LOST_LEASE",
+    help="A leader that loses its Lease exits with status 3 (for a supervisor that restarts it) instead of "
+    "starting over in place as a standby.",
+)
 @click.option("--prometheus-url", default=None, help="Default Prometheus URL for experiments that do not name one.")
 @click.option("--image", default=None, help="Image for load-test Jobs and Simulate-mode engines.")
 @click.option("--scrape-interval", type=float, default=None, help="Scrape interval of that Prometheus, seconds.")

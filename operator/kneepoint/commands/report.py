@@ -18,7 +18,7 @@ import json
 import sys
 import time
 import typing
-from typing import Callable
+from collections.abc import Callable
 
 import click
 
@@ -27,7 +27,15 @@ from kneepoint.commands.experiment_source import SOURCE_CLUSTER, InputError, Loa
 from kneepoint.core.decision import decide
 from kneepoint.core.record_table import format_record_table
 from kneepoint.core.status import TIER_FAILED, TIER_MEASURED, TIER_SKIPPED
-from kneepoint.report.experiment_report import ExperimentReport, ReportInput, build_report, chart_context, render_markdown, render_text, report_json
+from kneepoint.report.experiment_report import (
+    ExperimentReport,
+    ReportInput,
+    build_report,
+    chart_context,
+    render_markdown,
+    render_text,
+    report_json,
+)
 
 OUTPUTS = ("table", "json", "markdown")
 FINAL_PHASES = ("Decided", "Failed")
@@ -176,11 +184,18 @@ def _load(name_or_file: str, namespace: str | None, kubeconfig: str | None) -> L
 @click.command(name="report", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("name_or_file", required=False)
 @click.option("--namespace", "-n", default=None, help="Namespace of the experiment (default: the kube context's, then default).")
-@click.option("--kubeconfig", default=None, metavar="PATH", help="Kubeconfig file (default: KUBECONFIG or ~/.kube/config, in a pod the service account).")
+@click.option(
+    "--kubeconfig",
+    default=None,
+    metavar="PATH",
+    help="Kubeconfig file (default: KUBECONFIG or ~/.kube/config, in a pod the service account).",
+)
 @click.option("--png", "png", default=None, metavar="PATH", help="Write the knee chart (throughput and P99 per tier, knee marked) as PNG.")
 @click.option("--output", "-o", "output", default="table", metavar="table|json|markdown", help="table (default), json or markdown.")
 @click.option("--watch", "-w", is_flag=True, help="Cluster only: follow the experiment until it is Decided or Failed, then report.")
-@click.option("--interval", default=str(DEFAULT_INTERVAL_SECONDS), metavar="SECONDS", help="Seconds between reads with --watch (default 5).")
+@click.option(
+    "--interval", default=str(DEFAULT_INTERVAL_SECONDS), metavar="SECONDS", help="Seconds between reads with --watch (default 5)."
+)
 def command(
     name_or_file: str | None, namespace: str | None, kubeconfig: str | None, png: str | None, output: str, watch: bool, interval: str
 ) -> None:

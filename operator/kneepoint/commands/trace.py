@@ -24,7 +24,16 @@ from pathlib import Path
 
 import click
 
-from kneepoint.core.kineto_trace import TRACE_FILE_SUFFIXES, RankTrace, TraceError, TraceFigures, analyse, analyse_files, format_table, read_trace_file
+from kneepoint.core.kineto_trace import (
+    TRACE_FILE_SUFFIXES,
+    RankTrace,
+    TraceError,
+    TraceFigures,
+    analyse,
+    analyse_files,
+    format_table,
+    read_trace_file,
+)
 from kneepoint.metrics import promql
 
 log = logging.getLogger("kneepoint.trace")
@@ -122,10 +131,16 @@ def watch(directory: str, listen: str, interval: float) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(asctime)s [kneepoint.trace] %(message)s")
     host, port = _listen_address(listen)
     registry = CollectorRegistry()
-    comm = Gauge(promql.COMM_FRACTION, "Median over the profiled slice's steps of the smallest rank's collective time / step time.",
-                 registry=registry)
-    skew = Gauge(promql.RANK_SKEW_FRACTION, "Median over the slice's steps of (largest - smallest rank's collective time) / step time.",
-                 registry=registry)
+    comm = Gauge(
+        promql.COMM_FRACTION,
+        "Median over the profiled slice's steps of the smallest rank's collective time / step time.",
+        registry=registry,
+    )
+    skew = Gauge(
+        promql.RANK_SKEW_FRACTION,
+        "Median over the slice's steps of (largest - smallest rank's collective time) / step time.",
+        registry=registry,
+    )
     steps = Gauge(promql.TRACE_STEPS, "Engine steps in the last analysed slice.", registry=registry)
     slices = Counter(promql.TRACE_SLICES, "Profiled slices analysed.", registry=registry)
     start_http_server(port, addr=host, registry=registry)
@@ -146,8 +161,13 @@ def watch(directory: str, listen: str, interval: float) -> None:
 @click.command(name="trace", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("files", nargs=-1)
 @click.option("--output", "-o", "output", default="table", metavar="table|json", help="table (default) or json.")
-@click.option("--watch", "watch_dir", default=None, metavar="DIR",
-              help="Sidecar mode: read every complete slice of traces appearing in DIR (the engine's torch_profiler_dir).")
+@click.option(
+    "--watch",
+    "watch_dir",
+    default=None,
+    metavar="DIR",
+    help="Sidecar mode: read every complete slice of traces appearing in DIR (the engine's torch_profiler_dir).",
+)
 @click.option("--serve-metrics", default=None, metavar="HOST:PORT", help="With --watch: serve the figures as Prometheus gauges here.")
 @click.option("--interval", default=1.0, show_default=True, help="With --watch: seconds between looks at DIR.")
 def command(files: tuple[str, ...], output: str, watch_dir: str | None, serve_metrics: str | None, interval: float) -> None:

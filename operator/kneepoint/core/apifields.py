@@ -106,7 +106,7 @@ def to_json(obj: Any) -> Any:
     return obj
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def type_hints(cls: Any) -> dict[str, Any]:
     """``typing.get_type_hints(cls)``, once per class: it re-evaluates every annotation string on each call,
     which made it the largest CPU cost of an operator pass (status and spec are parsed on every pass).

@@ -20,8 +20,9 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from kneepoint.core.catalog_files import load_data_file
 
@@ -313,11 +314,7 @@ def from_hf_config(config: Mapping[str, Any], name: str | None = None) -> ModelA
         sparse_step = _hf_int(config, "decoder_sparse_step", 1) or 1
         mlp_only = set(config.get("mlp_only_layers") or ())
         moe_freq = _hf_int(config, "moe_layer_freq", 1) or 1
-        dense_count = sum(
-            1
-            for i in range(layers)
-            if i < first_dense or i in mlp_only or (i + 1) % sparse_step != 0 or i % moe_freq != 0
-        )
+        dense_count = sum(1 for i in range(layers) if i < first_dense or i in mlp_only or (i + 1) % sparse_step != 0 or i % moe_freq != 0)
         first_dense = dense_count  # position does not change totals; the PP split treats them as leading layers
         if dense_count == layers:
             experts, top_k, moe_inter, shared_experts, shared_inter = 0, 0, 0, 0, 0

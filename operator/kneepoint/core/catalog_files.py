@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_data_file(name: str) -> Any:
     """Return the parsed JSON document ``kneepoint/data/<name>``."""
     return json.loads(resources.files("kneepoint.data").joinpath(name).read_text(encoding="utf-8"))

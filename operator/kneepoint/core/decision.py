@@ -18,14 +18,14 @@ every boundary case are in docs/decision.md; in short:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
-from kneepoint.core.replicas_cost import SOURCE_MEASURED, CapacityPlan, cost_per_million_tokens, plan_capacity
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.record_table import format_comparison_line, format_go_on, format_memory_line, format_stay, format_tier_line
-from kneepoint.core.spec import ExperimentSpec
+from kneepoint.core.replicas_cost import SOURCE_MEASURED, CapacityPlan, cost_per_million_tokens, plan_capacity
 from kneepoint.core.rule_names import BUDGET, LAST_TIER, MEMORY_HEADROOM, ONLY_TIER, RULES
+from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import (
     TIER_COLLECTING,
     TIER_DEPLOYING,
@@ -110,7 +110,9 @@ def fill_tier_figures(spec: ExperimentSpec, tiers: Sequence[TierResult]) -> tupl
         # Rounded for status only: the rules recompute from the raw figures.
         tier = replace(
             tier,
-            throughput_gain=_rounded(relative_change(tier.output_tokens_per_second, previous.output_tokens_per_second if previous else None)),
+            throughput_gain=_rounded(
+                relative_change(tier.output_tokens_per_second, previous.output_tokens_per_second if previous else None)
+            ),
             p99_change=_rounded(relative_change(tier.latency_p99_ms, previous.latency_p99_ms if previous else None)),
             cost_per_million_tokens=_rounded(
                 cost_per_million_tokens(spec.capacity.gpu_hourly_cost, tier.gpus, tier.output_tokens_per_second)
@@ -182,7 +184,9 @@ def decide(spec: ExperimentSpec, tiers: Sequence[TierResult], *, budget_stopped:
                 verdict = check_memory_headroom(tier, rules.memory_headroom, _catalogue_gpu_memory_gib(spec))
                 verdicts.append(verdict)
                 considered.append(verdict)
-                last_line = format_memory_line(tier, verdict.numbers.get("gpuMemoryGiB"), verdict.numbers.get("share"), rules.memory_headroom)
+                last_line = format_memory_line(
+                    tier, verdict.numbers.get("gpuMemoryGiB"), verdict.numbers.get("share"), rules.memory_headroom
+                )
                 if verdict.fired:
                     conclusion = format_stay(tier_label(tier), MEMORY_HEADROOM)
                     decided, rule, fired = tier, MEMORY_HEADROOM, (MEMORY_HEADROOM,)
@@ -220,9 +224,8 @@ def decide(spec: ExperimentSpec, tiers: Sequence[TierResult], *, budget_stopped:
     measured_before_block = previous  # the last measured tier the scan reached
     if decided is None:
         if blocked is not None and not budget_stopped:
-            msg = (
-                f"continue: no stop rule fired yet; {tier_label(blocked)} is {blocked.phase}"
-                + (f" (last measured: {tier_label(measured_before_block)})" if measured_before_block else "")
+            msg = f"continue: no stop rule fired yet; {tier_label(blocked)} is {blocked.phase}" + (
+                f" (last measured: {tier_label(measured_before_block)})" if measured_before_block else ""
             )
             return DecisionOutcome(None, filled, comparisons, tuple(verdicts), STATE_CONTINUE, msg, tuple(steps))
         if measured_before_block is None:

@@ -41,9 +41,7 @@ STEP_NAME = re.compile(r"^execute_context_\d+\(\d+\)_generation_\d+\(\d+\)$")
 # (allreduce_prototype_twoshot), torch symmetric-memory and FlashInfer all-reduce kernels
 # (one_shot_all_reduce, multimem_all_reduce, allreduce_fusion_kernel_*), and all-gather /
 # reduce-scatter kernels named as such.
-COLLECTIVE_KERNEL = re.compile(
-    r"nccl|cross_device_reduce|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all", re.IGNORECASE
-)
+COLLECTIVE_KERNEL = re.compile(r"nccl|cross_device_reduce|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all", re.IGNORECASE)
 # File name of a rank's trace as vLLM writes it; the rank is read from it when the trace's
 # distributedInfo does not say.
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)")
@@ -84,8 +82,12 @@ class RankFigures:
     step_time_median_ms: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "steps": self.steps, "collectiveShare": round(self.collective_share, 4),
-                "stepTimeMedianMs": round(self.step_time_median_ms, 3)}
+        return {
+            "rank": self.rank,
+            "steps": self.steps,
+            "collectiveShare": round(self.collective_share, 4),
+            "stepTimeMedianMs": round(self.step_time_median_ms, 3),
+        }
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ class _Stream:
         if not chunk:
             self._eof = True
             return False
-        self._buf = self._buf[self._pos:] + chunk
+        self._buf = self._buf[self._pos :] + chunk
         self._pos = 0
         return True
 
@@ -142,7 +144,7 @@ class _Stream:
             assert blank is not None  # a run of zero or more blanks matches anywhere
             self._pos = blank.end()
             if self._pos < len(self._buf) or not self._fill():
-                return self._buf[self._pos:self._pos + 1]
+                return self._buf[self._pos : self._pos + 1]
 
     def expect(self, char: str, what: str) -> None:
         if self.peek() != char:

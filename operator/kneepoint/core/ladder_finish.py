@@ -92,7 +92,9 @@ def finish(p: Pass, budget_stopped: bool) -> None:
         return
     if p.spec.mode == "Simulate":
         decision = replace(decision, simulated=True)
-    p.status = replace(p.status, decision=decision, decided_tier=Tier(decision.tensor_parallel, decision.pipeline_parallel).label, finished_at=p.now)
+    p.status = replace(
+        p.status, decision=decision, decided_tier=Tier(decision.tensor_parallel, decision.pipeline_parallel).label, finished_at=p.now
+    )
     p.condition(reasons.PROFILING, "False", reasons.LADDER_FINISHED, "The ladder finished.")
     p.condition(reasons.DECIDED, "True", reasons.DECISION_MADE, decision.reason[:1000])
     p.condition(reasons.FAILED, "False", reasons.DECISION_MADE, "Decided.")

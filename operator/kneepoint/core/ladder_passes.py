@@ -38,7 +38,6 @@ from kneepoint.core.status import (
 from kneepoint.core.tiers import Tier
 from kneepoint.core.timestamps import parse_rfc3339
 
-
 # Summary keys (CONTRACTS A) copied into TierResult as they are.
 SUMMARY_FIELDS = {
     "outputTokensPerSecond": "output_tokens_per_second",
@@ -55,7 +54,6 @@ SUMMARY_FIELDS = {
     "completed": "completed_requests",
     "clientLimited": "client_limited",
 }
-
 
 
 def _elapsed_since(p: Pass, stamp: str | None) -> float:
@@ -157,7 +155,9 @@ def tier_pending(p: Pass, current: TierResult) -> None:
     p.status = replace(p.status, waiting_for=None, queue_position=None, waiting_since=None)
     where = f" on {domain.node_name}" if domain else ""
     if group:
-        where = f" as a LeaderWorkerSet of {pods} pods ({tier.tensor_parallel} GPUs each) on {', '.join(sorted({d.node_name for d in group}))}"
+        where = (
+            f" as a LeaderWorkerSet of {pods} pods ({tier.tensor_parallel} GPUs each) on {', '.join(sorted({d.node_name for d in group}))}"
+        )
     p.event(reasons.TIER_DEPLOYING, f"Deploying {tier.label} ({tier.gpus} GPU(s)){where}")
     p.message(f"{tier.label}: deploying the engine{where}")
     p.requeue(p.settings.poll_seconds)
@@ -271,7 +271,13 @@ def tier_load_testing(p: Pass, current: TierResult) -> None:
     engine = p.obs.engine
     _scrape_check(p, tier)
     if engine is not None and engine.start_failure == START_OUT_OF_MEMORY:
-        fail_tier(p, current, reasons.TIER_OUT_OF_MEMORY, f"engine ran out of memory under load: {engine.failure_message or ''}".strip(), does_not_fit=True)
+        fail_tier(
+            p,
+            current,
+            reasons.TIER_OUT_OF_MEMORY,
+            f"engine ran out of memory under load: {engine.failure_message or ''}".strip(),
+            does_not_fit=True,
+        )
         return
 
     failure: str | None = None
@@ -368,7 +374,9 @@ def tier_collecting(p: Pass, current: TierResult) -> None:
     gpu = tier_gpu(p.obs, current)
     est = estimate(p.spec, p.obs, tier, gpu) if (p.obs.architecture is not None and gpu is not None) else None
     ok_window = window if (window is not None and not window.error) else None
-    balance = rank_balance(ok_window.gpu_utilization_by_gpu, ok_window.fb_used_gib_by_gpu, ok_window.rank_skew_fraction) if ok_window else None
+    balance = (
+        rank_balance(ok_window.gpu_utilization_by_gpu, ok_window.fb_used_gib_by_gpu, ok_window.rank_skew_fraction) if ok_window else None
+    )
     measured = replace(
         current,
         phase=TIER_MEASURED,
@@ -396,7 +404,11 @@ def tier_collecting(p: Pass, current: TierResult) -> None:
             f"{tier.label}: Prometheus could not be queried until the deadline ({why}); no values for "
             f"{', '.join(missing)}; rules that need them are not evaluated."[:1000],
         )
-        p.event(reasons.PROMETHEUS_UNREACHABLE, f"{tier.label}: Prometheus unreachable ({why}); no values for {', '.join(missing)}"[:1000], warning=True)
+        p.event(
+            reasons.PROMETHEUS_UNREACHABLE,
+            f"{tier.label}: Prometheus unreachable ({why}); no values for {', '.join(missing)}"[:1000],
+            warning=True,
+        )
     elif missing:
         p.condition(
             reasons.METRICS_AVAILABLE,

@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kneepoint.core import placement, reasons
-from kneepoint.core.ladder_finish import finish
 from kneepoint.core.gpus import GIB
+from kneepoint.core.ladder_finish import finish
 from kneepoint.core.ladder_state import Pass, estimate, is_multi_node, ladder_tiers
 from kneepoint.core.observations import Observations
 from kneepoint.core.status import TIER_PENDING, TIER_SKIPPED, TierResult, get_condition
-
 
 # How often a plan that failed for a missing PVC or Secret looks again (no watch on either).
 MISSING_OBJECT_RECHECK_SECONDS = 30.0
@@ -41,7 +40,11 @@ def plan(p: Pass, spec_hash: str) -> None:
         if failed is None or failed.status != "True" or failed.message != f"Cannot deploy any tier: {why}":
             p.condition(reasons.PLANNED, "False", reasons.MISSING_OBJECT, why)
             p.condition(reasons.FAILED, "True", reasons.MISSING_OBJECT, f"Cannot deploy any tier: {why}")
-            p.event(reasons.MISSING_OBJECT, f"Cannot deploy any tier: {why} (checked again every {MISSING_OBJECT_RECHECK_SECONDS:g} s)", warning=True)
+            p.event(
+                reasons.MISSING_OBJECT,
+                f"Cannot deploy any tier: {why} (checked again every {MISSING_OBJECT_RECHECK_SECONDS:g} s)",
+                warning=True,
+            )
             p.message(f"Cannot deploy any tier: {why}")
             p.progressed = True
         p.requeue(MISSING_OBJECT_RECHECK_SECONDS)
@@ -88,10 +91,15 @@ def plan(p: Pass, spec_hash: str) -> None:
             nodes=tier.pipeline_parallel if multi else None,
         )
         if not est.fits:
-            result = replace(base, phase=TIER_SKIPPED, does_not_fit=True, reason=f"does not fit (estimate): {est.reason}", finished_at=p.now)
+            result = replace(
+                base, phase=TIER_SKIPPED, does_not_fit=True, reason=f"does not fit (estimate): {est.reason}", finished_at=p.now
+            )
         elif tier.pipeline_parallel > min_pp and tp_only_fits:
             result = replace(
-                base, phase=TIER_SKIPPED, reason="pipeline parallelism not needed: tensor parallelism alone holds the model", finished_at=p.now
+                base,
+                phase=TIER_SKIPPED,
+                reason="pipeline parallelism not needed: tensor parallelism alone holds the model",
+                finished_at=p.now,
             )
         elif multi and tier.tensor_parallel > max_node_gpus:
             # TP all-reduces every layer: across nodes it would run over the network. TP stays

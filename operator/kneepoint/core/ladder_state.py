@@ -34,9 +34,9 @@ from kneepoint.core.status import (
 from kneepoint.core.tiers import Tier, build_ladder
 from kneepoint.core.timestamps import rfc3339
 
-
 TERMINAL_TIER_PHASES = (TIER_MEASURED, TIER_SKIPPED, TIER_FAILED)
 ACTIVE_TIER_PHASES = (TIER_DEPLOYING, TIER_LOAD_TESTING, TIER_COLLECTING)
+
 
 @dataclass(frozen=True)
 class LadderSettings:

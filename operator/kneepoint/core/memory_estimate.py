@@ -361,13 +361,20 @@ class MemoryEstimate:
 
     def needed_bytes_at_kv_usage(self, kv_usage_fraction: float) -> int:
         """Needed memory when vLLM reports this KV-cache usage fraction (see :func:`needed_memory_bytes`)."""
-        return needed_memory_bytes(self.weights_bytes_per_gpu, self.kv_pool_bytes_per_gpu, kv_usage_fraction, self.non_kv_overhead_bytes_per_gpu)
+        return needed_memory_bytes(
+            self.weights_bytes_per_gpu, self.kv_pool_bytes_per_gpu, kv_usage_fraction, self.non_kv_overhead_bytes_per_gpu
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form with tier name and GiB figures added."""
         out = dataclasses.asdict(self)
-        out["tier"] = {"name": self.tier.name, "label": self.tier.label, "tensorParallel": self.tier.tensor_parallel,
-                       "pipelineParallel": self.tier.pipeline_parallel, "gpus": self.tier.gpus}
+        out["tier"] = {
+            "name": self.tier.name,
+            "label": self.tier.label,
+            "tensorParallel": self.tier.tensor_parallel,
+            "pipelineParallel": self.tier.pipeline_parallel,
+            "gpus": self.tier.gpus,
+        }
         for name in ("weights", "kv_per_sequence", "kv_cache_needed", "activation", "overhead", "needed", "budget", "kv_pool"):
             out[f"{name}_gib"] = round(getattr(self, f"{name}_gib"), 3)
         return out

@@ -19,16 +19,15 @@ def can_ever_hold(fleet: FleetView, gpus: int, require_nvlink: bool) -> bool:
         return True
     return False
 
+
 def free_now(fleet: FleetView, gpus: int, require_nvlink: bool) -> DomainCapacity | None:
     """A domain with ``gpus`` free GPUs now, preferring the tightest fit (less fragmentation)."""
-    fits = [
-        d
-        for d in fleet.domains
-        if d.gpus_free >= gpus and (not require_nvlink or gpus == 1 or d.nvlink_domain_size >= gpus)
-    ]
+    fits = [d for d in fleet.domains if d.gpus_free >= gpus and (not require_nvlink or gpus == 1 or d.nvlink_domain_size >= gpus)]
     return min(fits, key=lambda d: (d.gpus_free, d.node_name)) if fits else None
 
+
 # Multi-node groups (one replica = ``pods`` pods of ``gpus_per_pod`` GPUs each).
+
 
 def _group_slots(fleet: FleetView, gpus_per_pod: int, require_nvlink: bool, free: bool) -> dict[str | None, list[DomainCapacity]]:
     """Per topology domain, one entry per pod a node can take (a node with room for two pods appears twice)."""
@@ -40,6 +39,7 @@ def _group_slots(fleet: FleetView, gpus_per_pod: int, require_nvlink: bool, free
         slots.setdefault(d.topology_domain, []).extend([d] * room)
     return slots
 
+
 def can_ever_hold_group(fleet: FleetView, gpus_per_pod: int, pods: int, require_nvlink: bool, topology_key: str | None = None) -> bool:
     """Whether the fleet, if empty, could place ``pods`` pods of ``gpus_per_pod`` GPUs each (TP inside each
     pod's NVLink domain), all in one topology domain when ``topology_key`` is set."""
@@ -47,6 +47,7 @@ def can_ever_hold_group(fleet: FleetView, gpus_per_pod: int, pods: int, require_
     if topology_key is None:
         return sum(len(v) for v in slots.values()) >= pods
     return any(len(v) >= pods for k, v in slots.items() if k is not None)
+
 
 def free_group(
     fleet: FleetView, gpus_per_pod: int, pods: int, require_nvlink: bool, topology_key: str | None = None
@@ -64,6 +65,7 @@ def free_group(
         if len(slots[key]) >= pods:
             return tuple(slots[key][:pods])
     return None
+
 
 def group_nodes_possible(fleet: FleetView, gpus_per_pod: int, require_nvlink: bool) -> int:
     """How many pods of ``gpus_per_pod`` GPUs the whole fleet could hold if it were empty (for messages)."""

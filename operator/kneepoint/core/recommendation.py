@@ -30,7 +30,10 @@ def is_multi_node(decision: Decision) -> bool:
 
 
 def recommendation(
-    spec: ExperimentSpec, decision: Decision, config_map_name: str, not_exportable: str | None = None,
+    spec: ExperimentSpec,
+    decision: Decision,
+    config_map_name: str,
+    not_exportable: str | None = None,
     deployment_mode: str | None = None,
 ) -> Recommendation:
     """What the export scales on, between which bounds, aiming at what per-replica concurrency.

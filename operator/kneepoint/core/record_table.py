@@ -13,7 +13,7 @@ the comm-fraction rule reads it. Standard library only; no table library.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from kneepoint.core.status import TIER_FAILED, TIER_SKIPPED, Decision, TierResult
 from kneepoint.core.stop_rules import RULE_COLUMNS, format_fraction, tier_label
@@ -188,7 +188,8 @@ def format_decision(decision: Decision, capacity_explanation: str | None = None)
     label = tier_label(TierResult(tensor_parallel=decision.tensor_parallel, pipeline_parallel=decision.pipeline_parallel))
     lines = [
         f"decision: {label} ({decision.gpus_per_replica} GPU{'s' if decision.gpus_per_replica != 1 else ''} per replica), "
-        f"rule {decision.rule}" + (f" (fired: {', '.join(decision.rules_fired)})" if decision.rules_fired and len(decision.rules_fired) > 1 else ""),
+        f"rule {decision.rule}"
+        + (f" (fired: {', '.join(decision.rules_fired)})" if decision.rules_fired and len(decision.rules_fired) > 1 else ""),
         f"classification: {decision.classification}",
         *(
             [

@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from kneepoint.core import node_labels
 from kneepoint.core.apifields import api_field, json_name, type_hints, unwrap_optional
@@ -191,7 +192,9 @@ class EngineSpec:
     model_cache: ModelCacheSpec = api_field(
         "The volume for downloaded weights and vLLM's compile cache (HF_HOME, VLLM_CACHE_ROOT).", default_factory=ModelCacheSpec
     )
-    resources: EngineResourcesSpec = api_field("CPU, memory and ephemeral-storage requests per engine pod.", default_factory=EngineResourcesSpec)
+    resources: EngineResourcesSpec = api_field(
+        "CPU, memory and ephemeral-storage requests per engine pod.", default_factory=EngineResourcesSpec
+    )
     startup_timeout_seconds: int | None = api_field(
         "How long the engine may take from container start to answering /health (its startupProbe) before the kubelet "
         "restarts the container. Real vLLM 0.24 took 136 s for Llama-3.1-8B on one H200 (29 s of it torch.compile, 57 s "
@@ -360,10 +363,14 @@ class BudgetSpec:
     """Limits on what the experiment may spend."""
 
     max_gpu_hours: float | None = api_field(
-        "GPU-hour cap for the whole experiment; the ladder stops before a tier that would exceed it.", default=None, minimum=0.0,
+        "GPU-hour cap for the whole experiment; the ladder stops before a tier that would exceed it.",
+        default=None,
+        minimum=0.0,
         exclusive_minimum=True,
     )
-    tier_timeout_seconds: int = api_field("How long a tier may take to become Ready before it is recorded as failed.", default=1800, minimum=10)
+    tier_timeout_seconds: int = api_field(
+        "How long a tier may take to become Ready before it is recorded as failed.", default=1800, minimum=10
+    )
     load_test_timeout_seconds: int = api_field("How long one tier's load test may run.", default=3600, minimum=10)
 
 
@@ -371,7 +378,9 @@ class BudgetSpec:
 class CleanupSpec:
     """What happens to engine Deployments after measurement."""
 
-    winner: str = api_field("Delete or Keep the decided tier's Deployment once the experiment is Decided.", default="Delete", enum=WINNER_POLICIES)
+    winner: str = api_field(
+        "Delete or Keep the decided tier's Deployment once the experiment is Decided.", default="Delete", enum=WINNER_POLICIES
+    )
 
 
 @dataclass(frozen=True)
@@ -381,7 +390,9 @@ class SimulationSpec:
     image: str | None = api_field("Image with kneepoint (runs `kneepoint sim`); default: the operator's own image.", default=None)
     noise_fraction: float = api_field("Relative noise on simulated step times.", default=0.02, minimum=0.0, maximum=0.5)
     interconnect: str = api_field(
-        "Interconnect the simulator models: auto (the GPU product's own link from the catalogue: nvlink for H200, pcie for L40S), nvlink or pcie.", default="auto", enum=INTERCONNECTS
+        "Interconnect the simulator models: auto (the GPU product's own link from the catalogue: nvlink for H200, pcie for L40S), nvlink or pcie.",
+        default="auto",
+        enum=INTERCONNECTS,
     )
 
 
@@ -604,14 +615,10 @@ def _cross_field_checks(spec: ExperimentSpec, errors: list[FieldError]) -> None:
             )
         )
     arch = spec.model.architecture
-    explicit = any(
-        getattr(arch, f.name) is not None for f in dataclasses.fields(arch) if f.name not in ("preset", "config_map_ref")
-    )
+    explicit = any(getattr(arch, f.name) is not None for f in dataclasses.fields(arch) if f.name not in ("preset", "config_map_ref"))
     sources = sum([arch.preset is not None, arch.config_map_ref is not None, explicit])
     if sources > 1:
-        errors.append(
-            FieldError("spec.model.architecture", "give exactly one of preset, configMapRef or explicit numbers, not several")
-        )
+        errors.append(FieldError("spec.model.architecture", "give exactly one of preset, configMapRef or explicit numbers, not several"))
     if explicit and arch.preset is None and arch.config_map_ref is None:
         for name in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "intermediate_size"):
             if getattr(arch, name) is None:

@@ -172,7 +172,9 @@ class TierResult:
         "one node.",
         default=None,
     )
-    nodes: int | None = api_field("Pods (nodes) of one multi-node replica: the LeaderWorkerSet group size, = pipelineParallel.", default=None)
+    nodes: int | None = api_field(
+        "Pods (nodes) of one multi-node replica: the LeaderWorkerSet group size, = pipelineParallel.", default=None
+    )
     node_names: tuple[str, ...] | None = api_field("Nodes the multi-node group's pods ran on, leader first.", default=None)
     pods_placed: int | None = api_field(
         "Pods of the multi-node group the scheduler had placed when the tier failed to start (partial scheduling).", default=None
@@ -197,7 +199,7 @@ class Decision:
     per_replica_concurrency_source: str | None = api_field(
         "measured (the tier met the SLO at the load-test concurrency, or no SLO is set), estimated (it missed: scaled down "
         "by the worst slo/measured ratio) or unchecked (an objective is set but the tier lacks its figure).",
-        default=None
+        default=None,
     )
     slo_met: bool | None = api_field("Whether the decided tier met the SLO at the load-test concurrency.", default=None)
     cost_per_million_tokens: float | None = api_field("GPU cost per million output tokens at the decided tier.", default=None)
@@ -246,7 +248,9 @@ class ExperimentStatus:
     )
     waiting_for: str | None = api_field("What the experiment waits for (free GPUs, Prometheus), when it waits.", default=None)
     queue_position: int | None = api_field("Position among experiments waiting for GPUs, 1 = next.", default=None)
-    waiting_since: str | None = api_field("When the experiment started waiting for GPUs (keeps its queue place across operator restarts).", default=None)
+    waiting_since: str | None = api_field(
+        "When the experiment started waiting for GPUs (keeps its queue place across operator restarts).", default=None
+    )
     tiers: tuple[TierResult, ...] = api_field("One entry per ladder tier, in ladder order.", default=())
     decision: Decision | None = api_field("The decision, once Decided.", default=None)
     recommendation: Recommendation | None = api_field("The KServe recommendation, once Decided.", default=None)
@@ -262,7 +266,7 @@ class ExperimentStatus:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "ExperimentStatus":
+    def from_dict(cls, data: dict[str, Any] | None) -> ExperimentStatus:
         status: ExperimentStatus | None = from_json(cls, data or {})
         return status or cls()
 
@@ -272,7 +276,7 @@ class ExperimentStatus:
                 return t
         return None
 
-    def with_tier(self, result: TierResult) -> "ExperimentStatus":
+    def with_tier(self, result: TierResult) -> ExperimentStatus:
         """Replace the tier with the same name (or append it)."""
         tiers = list(self.tiers)
         for i, t in enumerate(tiers):

@@ -10,22 +10,27 @@ into a stop. docs/decision.md states every rule with its boundary cases.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
-
-from kneepoint.core.spec import StopRulesSpec
-from kneepoint.core.status import TierResult
-from kneepoint.core.tiers import Tier
 
 from kneepoint.core.rule_names import (
     BUDGET as BUDGET,  # re-exported: the rules' readers name them from here
+)
+from kneepoint.core.rule_names import (
     COMM_FRACTION,
-    LAST_TIER as LAST_TIER,  # re-exported: the rules' readers name them from here
     MEMORY_HEADROOM,
-    ONLY_TIER as ONLY_TIER,  # re-exported: the rules' readers name them from here
     P99_DEGRADATION,
     THROUGHPUT_GAIN,
 )
+from kneepoint.core.rule_names import (
+    LAST_TIER as LAST_TIER,  # re-exported: the rules' readers name them from here
+)
+from kneepoint.core.rule_names import (
+    ONLY_TIER as ONLY_TIER,  # re-exported: the rules' readers name them from here
+)
+from kneepoint.core.spec import StopRulesSpec
+from kneepoint.core.status import TierResult
+from kneepoint.core.tiers import Tier
 
 # Step rules in evaluation order; the first that fires names the decision.
 STEP_RULES = (THROUGHPUT_GAIN, P99_DEGRADATION, COMM_FRACTION)
@@ -120,7 +125,9 @@ def check_memory_headroom(tier: TierResult, threshold: float, gpu_memory_gib: fl
     needed = tier.peak_memory_gi_b
     numbers: dict[str, float | None] = {"neededGiB": needed, "gpuMemoryGiB": capacity, "memoryHeadroom": threshold}
     if tier.gpus != 1:
-        return RuleVerdict(MEMORY_HEADROOM, None, numbers, f"not evaluated: {label} has {tier.gpus} GPUs; the rule reads the 1-GPU tier", label)
+        return RuleVerdict(
+            MEMORY_HEADROOM, None, numbers, f"not evaluated: {label} has {tier.gpus} GPUs; the rule reads the 1-GPU tier", label
+        )
     if needed is None or capacity is None or capacity <= 0:
         missing = "peakMemoryGiB (needed memory)" if needed is None else "gpuMemoryGiB"
         return RuleVerdict(MEMORY_HEADROOM, None, numbers, f"not evaluated: {label} has no {missing}", label)

@@ -7,14 +7,14 @@ events, pod states), 3 for the load-test summary's milliseconds, 6 for ``metav1.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def rfc3339(moment: float | datetime, digits: int = 0) -> str:
     """``2026-01-02T03:04:05Z`` (``digits`` 0) or ``2026-01-02T03:04:05.678Z`` (3) for an epoch or a datetime."""
     if not isinstance(moment, datetime):
-        moment = datetime.fromtimestamp(moment, timezone.utc)
-    moment = moment.astimezone(timezone.utc)
+        moment = datetime.fromtimestamp(moment, UTC)
+    moment = moment.astimezone(UTC)
     text = moment.strftime("%Y-%m-%dT%H:%M:%S")
     if digits:
         text += "." + f"{moment.microsecond:06d}"[:digits]
@@ -23,7 +23,7 @@ def rfc3339(moment: float | datetime, digits: int = 0) -> str:
 
 def now_rfc3339(digits: int = 0) -> str:
     """The current time as :func:`rfc3339` writes it."""
-    return rfc3339(datetime.now(timezone.utc), digits)
+    return rfc3339(datetime.now(UTC), digits)
 
 
 def parse_rfc3339(text: str | None) -> float | None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -100,7 +100,7 @@ async def _sleep(wake: asyncio.Event, stopped: Any, seconds: float) -> None:
             return
         try:
             await asyncio.wait_for(wake.wait(), timeout=min(remaining, 1.0))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 

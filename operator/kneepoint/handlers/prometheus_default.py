@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -74,7 +75,9 @@ def choose(default_url: str, named: bool, env: Mapping[str, str] | None = None) 
 
         sandbox = controlplane.resolve(env=env)
         if _same_server(server, sandbox.apiserver_url):
-            return PrometheusChoice(sandbox.prometheus_url, f"Prometheus: the sandbox's at {sandbox.prometheus_url} (the current kube context is the sandbox)")
+            return PrometheusChoice(
+                sandbox.prometheus_url, f"Prometheus: the sandbox's at {sandbox.prometheus_url} (the current kube context is the sandbox)"
+            )
     if _resolves(default_url):
         return PrometheusChoice(default_url)
     return PrometheusChoice(

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from kneepoint.core.apifields import json_name, unwrap_optional
 from kneepoint.core.spec import ExperimentSpec
@@ -128,9 +129,15 @@ def render_markdown() -> str:
     for column in printer_columns(schema):
         shown = "with `-o wide`" if column.get("priority") else "always"
         lines.append(f"| {column['name']} | `{column['jsonPath']}` | {shown} |")
-    lines += ["", "## Cross-field rules", "",
-              "Checked by the API server (CEL `x-kubernetes-validations` in the CRD) and by `parse_spec` for files.", "",
-              "| Where | Message when broken |", "| --- | --- |"]
+    lines += [
+        "",
+        "## Cross-field rules",
+        "",
+        "Checked by the API server (CEL `x-kubernetes-validations` in the CRD) and by `parse_spec` for files.",
+        "",
+        "| Where | Message when broken |",
+        "| --- | --- |",
+    ]
     for path, node in _nodes_with_paths(schema["properties"]["spec"], "spec"):
         for rule in node.get("x-kubernetes-validations", []):
             lines.append(f"| `{path}{rule.get('fieldPath', '')}` | {_md(rule['message'])} |")

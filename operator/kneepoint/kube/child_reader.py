@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -84,14 +85,26 @@ class ChildReader:
         def run() -> str | None:
             try:
                 resp = self.core.read_namespaced_pod_log(
-                    pod, namespace, container=container, previous=previous, tail_lines=tail_lines,
-                    limit_bytes=limit_bytes, _preload_content=False,
+                    pod,
+                    namespace,
+                    container=container,
+                    previous=previous,
+                    tail_lines=tail_lines,
+                    limit_bytes=limit_bytes,
+                    _preload_content=False,
                 )
             except ApiException as exc:
                 if exc.status in (400, 403, 404):
-                    log.log(logging.WARNING if exc.status == 403 else logging.INFO,
-                            "No log of %s/%s container %s (previous=%s): %s %s", namespace, pod, container, previous,
-                            exc.status, (exc.body or exc.reason or "")[:200])
+                    log.log(
+                        logging.WARNING if exc.status == 403 else logging.INFO,
+                        "No log of %s/%s container %s (previous=%s): %s %s",
+                        namespace,
+                        pod,
+                        container,
+                        previous,
+                        exc.status,
+                        (exc.body or exc.reason or "")[:200],
+                    )
                     return None
                 raise
             return bytes(resp.data).decode("utf-8", "replace")
@@ -126,12 +139,8 @@ class ChildReader:
 
     async def active_pods_on_nodes(self) -> list[dict[str, Any]]:
         """Pods that hold resources (not Succeeded/Failed), cluster-wide: what the scheduler counts."""
-        data = await self._call(
-            self.core.list_pod_for_all_namespaces, field_selector="status.phase!=Succeeded,status.phase!=Failed"
-        )
+        data = await self._call(self.core.list_pod_for_all_namespaces, field_selector="status.phase!=Succeeded,status.phase!=Failed")
         return (data or {}).get("items", [])
 
     async def experiment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return await self._call(
-            self.custom.get_namespaced_custom_object, naming.GROUP, naming.VERSION, namespace, naming.PLURAL, name
-        )
+        return await self._call(self.custom.get_namespaced_custom_object, naming.GROUP, naming.VERSION, namespace, naming.PLURAL, name)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -26,7 +27,10 @@ class ChildWriter:
     """Write access for one operator process."""
 
     def __init__(
-        self, api_client: client.ApiClient, component: str = "kneepoint-operator", on_request: Callable[[str], None] | None = None,
+        self,
+        api_client: client.ApiClient,
+        component: str = "kneepoint-operator",
+        on_request: Callable[[str], None] | None = None,
         fence: Callable[[str], None] | None = None,
     ):
         count = on_request or (lambda method: None)

@@ -28,7 +28,7 @@ import re
 import sys
 import typing
 from dataclasses import MISSING, dataclass
-from typing import Any, Iterator, TypeGuard
+from typing import Any, TypeGuard
 
 import yaml
 

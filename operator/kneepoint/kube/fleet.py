@@ -6,7 +6,8 @@ node probe's (core/node_labels.py). Table-tested without a cluster.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from kneepoint.core import node_labels
 from kneepoint.core.observations import DomainCapacity, FleetView
@@ -28,13 +29,16 @@ def placement_problem(
     Checked in the order a user would fix it: the GPU resource, the node selector, the product.
     """
     ready = [
-        n for n in nodes
+        n
+        for n in nodes
         if not dig(n, "spec", "unschedulable")
         and any(c.get("type") == "Ready" and c.get("status") == "True" for c in dig(n, "status", "conditions", default=[]))
     ]
     with_resource = [n for n in ready if _gpu_quantity(dig(n, "status", "allocatable", default={}).get(gpu_resource)) > 0]
     if not with_resource:
-        offered = sorted({k for n in ready for k, v in dig(n, "status", "allocatable", default={}).items() if "/" in k and _gpu_quantity(v) > 0})
+        offered = sorted(
+            {k for n in ready for k, v in dig(n, "status", "allocatable", default={}).items() if "/" in k and _gpu_quantity(v) > 0}
+        )
         return f"spec.placement.gpuResource: no Ready node offers {gpu_resource}" + (
             f" (extended resources on the nodes: {', '.join(offered)})" if offered else ""
         )
@@ -108,7 +112,9 @@ def fleet_view(
         if not node or dig(pod, "status", "phase") in ("Succeeded", "Failed"):
             continue
         for c in dig(pod, "spec", "containers", default=[]):
-            req = dig(c, "resources", "requests", default={}).get(gpu_resource) or dig(c, "resources", "limits", default={}).get(gpu_resource)
+            req = dig(c, "resources", "requests", default={}).get(gpu_resource) or dig(c, "resources", "limits", default={}).get(
+                gpu_resource
+            )
             used[node] = used.get(node, 0) + _gpu_quantity(req)
     domains = []
     for node in nodes:

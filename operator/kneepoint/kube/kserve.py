@@ -69,7 +69,6 @@ NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX_LENGTH = 39
 
 
-
 class NotExportable(ValueError):
     """The decided tier cannot be expressed as an InferenceService KServe accepts; the message says why."""
 
@@ -324,8 +323,13 @@ def build_export(
         if arch is None:
             raise NotExportable("the model's architecture is unknown, so the container's memory cannot be sized")
         isvc = build_inference_service(
-            spec, owner.name, owner.namespace, decision, checkpoint_bytes(spec, arch),
-            deployment_mode=deployment_mode, prometheus_url=prometheus_url,
+            spec,
+            owner.name,
+            owner.namespace,
+            decision,
+            checkpoint_bytes(spec, arch),
+            deployment_mode=deployment_mode,
+            prometheus_url=prometheus_url,
         )
     except NotExportable as exc:
         lws = None

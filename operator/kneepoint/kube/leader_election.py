@@ -33,10 +33,11 @@ import random
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -137,7 +138,7 @@ def _micro(value: Any) -> float:
 
 
 def _now_micro(wall: Callable[[], float]) -> datetime:
-    return datetime.fromtimestamp(wall(), tz=timezone.utc)
+    return datetime.fromtimestamp(wall(), tz=UTC)
 
 
 @dataclass
@@ -180,7 +181,7 @@ class LeaseElector:
         # A thread of its own: the operator's API threads may all be busy, and a renew must not queue behind them.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kneepoint-lease")
 
-    def _round(self) -> "asyncio.Future[bool]":
+    def _round(self) -> asyncio.Future[bool]:
         # A Future, not a coroutine: asyncio.wait_for then creates no Task for it. kopf cancels every Task created
         # after its start when it stops, and a cancelled renew would end ``hold`` as if the lease were lost.
         return asyncio.get_running_loop().run_in_executor(self._executor, self.try_acquire_or_renew)
@@ -243,10 +244,13 @@ class LeaseElector:
 
         spec = lease.spec or client.V1LeaseSpec()
         record = (spec.holder_identity or None, spec.renew_time, spec.acquire_time, spec.lease_transitions or 0)
-        if self.observed is None or record != (self.observed.holder, self.observed.renew_time, self.observed.acquire_time,
-                                               self.observed.transitions):
-            self.observed = Observed(*record, duration=float(spec.lease_duration_seconds or self.timing.lease_duration),
-                                     seen_at=started)
+        if self.observed is None or record != (
+            self.observed.holder,
+            self.observed.renew_time,
+            self.observed.acquire_time,
+            self.observed.transitions,
+        ):
+            self.observed = Observed(*record, duration=float(spec.lease_duration_seconds or self.timing.lease_duration), seen_at=started)
         observed = self.observed
         mine = observed.holder == self.identity
         if observed.holder and not mine:
@@ -257,11 +261,14 @@ class LeaseElector:
             if started < observed.seen_at + observed.duration:
                 return False  # held by another, and renewed within its duration as far as we have seen
         body = {
-            "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": lease.metadata.resource_version,
-                         "labels": lease.metadata.labels, "annotations": {**(lease.metadata.annotations or {}),
-                                                                          SCOPE_ANNOTATION: self.scope}},
-            "spec": self._spec(observed.acquire_time if mine else None,
-                               observed.transitions if mine else observed.transitions + 1, now),
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": lease.metadata.resource_version,
+                "labels": lease.metadata.labels,
+                "annotations": {**(lease.metadata.annotations or {}), SCOPE_ANNOTATION: self.scope},
+            },
+            "spec": self._spec(observed.acquire_time if mine else None, observed.transitions if mine else observed.transitions + 1, now),
         }
         try:
             self.api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.timing.renew_deadline)
@@ -305,7 +312,7 @@ class LeaseElector:
                 break
             try:
                 await asyncio.wait_for(self._round(), timeout=remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if not self.is_leader():
                 break

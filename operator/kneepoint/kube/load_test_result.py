@@ -7,7 +7,8 @@ message (CONTRACTS B); the Job's conditions say whether it completed or failed.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from kneepoint.kube.objects import dig
 

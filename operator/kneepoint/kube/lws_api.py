@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -25,7 +26,9 @@ NOT_SERVED_TTL_SECONDS = 60.0
 class LeaderWorkerSetApi:
     """Discovery, read, create and label-selected delete of LeaderWorkerSets."""
 
-    def __init__(self, api_client: client.ApiClient, on_request: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, api_client: client.ApiClient, on_request: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic
+    ):
         self.custom = client.CustomObjectsApi(api_client)
         self.on_request = on_request or (lambda method: None)
         self.clock = clock

@@ -14,10 +14,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from kneepoint.core import node_labels
 from kneepoint.core.apifields import to_json
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.memory_estimate import weight_bytes_per_gpu
-from kneepoint.core import node_labels
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import naming
@@ -258,15 +258,16 @@ def _node_affinity(tier: Tier, ctx: BuildContext, preferred_node: str | None) ->
     required = []
     if ctx.require_nvlink and tier.tensor_parallel > 1:
         # The TP group must sit inside one NVLink domain at least TP GPUs large.
-        required.append(
-            {"key": node_labels.NODE_NVLINK_DOMAIN_SIZE, "operator": "Gt", "values": [str(tier.tensor_parallel - 1)]}
-        )
+        required.append({"key": node_labels.NODE_NVLINK_DOMAIN_SIZE, "operator": "Gt", "values": [str(tier.tensor_parallel - 1)]})
     affinity: dict[str, Any] = {}
     if required:
         affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [{"matchExpressions": required}]}
     if preferred_node:
         affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
-            {"weight": 100, "preference": {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [preferred_node]}]}}
+            {
+                "weight": 100,
+                "preference": {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [preferred_node]}]},
+            }
         ]
     return {"nodeAffinity": affinity} if affinity else None
 
@@ -278,8 +279,13 @@ def profiler_config() -> str:
     PROFILE_MAX_ITERATIONS steps, which bounds the trace size and the stall at stop.
     """
     return json.dumps(
-        {"profiler": "torch", "torch_profiler_dir": PROFILES_DIR, "torch_profiler_with_stack": False,
-         "ignore_frontend": True, "max_iterations": PROFILE_MAX_ITERATIONS},
+        {
+            "profiler": "torch",
+            "torch_profiler_dir": PROFILES_DIR,
+            "torch_profiler_with_stack": False,
+            "ignore_frontend": True,
+            "max_iterations": PROFILE_MAX_ITERATIONS,
+        },
         separators=(",", ":"),
     )
 
@@ -664,5 +670,3 @@ def build_load_test_job(spec: ExperimentSpec, owner: Owner, tier: Tier, attempt:
             },
         },
     }
-
-

@@ -8,8 +8,9 @@ fleet's nodes are read in ``fleet_view``, the load-test Job in ``load_test_resul
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from kneepoint.core.observations import (
     START_CONFIG_ERROR,
@@ -102,7 +103,7 @@ def classify_engine_output(text: str | None) -> EngineFailure | None:
                 if found and found[-1] not in hit:
                     context.append(found[-1])
             return EngineFailure(True, hit + (f" ({'; '.join(context)})" if context else ""))
-    if any(_KUBELET_OOM == line for line in lines):
+    if any(line == _KUBELET_OOM for line in lines):
         return EngineFailure(True, _KUBELET_OOM)
     exceptions = [line for line in lines if _EXCEPTION_LINE.match(line)]
     cause = next((line for line in exceptions if not any(p in line for p in _POINTER_LINES)), None)
@@ -144,7 +145,7 @@ def failed_engine_runs(pods: Iterable[Mapping[str, Any]], container: str) -> lis
             terminated = dig(cs, "state", "terminated")
             last = dig(cs, "lastState", "terminated")
             run, previous = (terminated, False) if terminated else (last, True)
-            if not run or int(run.get("exitCode") or 0) == 0 and run.get("reason") != _KUBELET_OOM:
+            if not run or (int(run.get("exitCode") or 0) == 0 and run.get("reason") != _KUBELET_OOM):
                 continue
             run_id = run.get("containerID") or run.get("finishedAt") or str(cs.get("restartCount") or 0)
             out.append(FailedRun(name, container, previous, f"{uid}/{container}/{run_id}"))
@@ -166,9 +167,7 @@ def engine_state(
     if deployment is None:
         return EngineState(exists=False)
     pods = [p for p in pods if not dig(p, "metadata", "deletionTimestamp")]
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for p in pods for c in dig(p, "status", "conditions", default=[])
-    )
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for p in pods for c in dig(p, "status", "conditions", default=[]))
     node = next((dig(p, "spec", "nodeName") for p in pods if dig(p, "spec", "nodeName")), None)
     if ready:
         return EngineState(exists=True, ready=True, node_name=node)
@@ -186,9 +185,7 @@ def engine_state(
             run = terminated or last
             # The log first (vLLM's root cause), then the termination message, then the kubelet's reason.
             cause = (
-                classify_engine_output(log_text)
-                or classify_engine_output(run.get("message"))
-                or classify_engine_output(run.get("reason"))
+                classify_engine_output(log_text) or classify_engine_output(run.get("message")) or classify_engine_output(run.get("reason"))
             )
             if cause is not None and cause.out_of_memory:
                 failure, message = START_OUT_OF_MEMORY, cause.message()

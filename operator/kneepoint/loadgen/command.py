@@ -27,8 +27,8 @@ from kneepoint.loadgen.resolve_rules import ResolveRuleError, parse_resolve_rule
 from kneepoint.loadgen.summary import (
     DEFAULT_CPU_LIMIT,
     DEFAULT_LOOP_LAG_LIMIT_MS,
-    SLOs,
     SavedRun,
+    SLOs,
     build_summary,
     failure_line,
     fit_termination_message,
@@ -155,9 +155,9 @@ def validate(options: dict[str, Any]) -> LoadgenConfig:
     fraction = options["max_error_fraction"]
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"--max-error-fraction must be within [0, 1], got {fraction}")
-    if not 0.0 < options["client_cpu_limit"]:
+    if not options["client_cpu_limit"] > 0.0:
         raise ValueError(f"--client-cpu-limit must be > 0 cores, got {options['client_cpu_limit']}")
-    if not 0.0 < options["max_loop_lag_ms"]:
+    if not options["max_loop_lag_ms"] > 0.0:
         raise ValueError(f"--max-loop-lag-ms must be > 0, got {options['max_loop_lag_ms']}")
     save_json = options["save_json"]
     if save_json is not None:
@@ -243,7 +243,9 @@ async def _resolve_model(config: LoadgenConfig) -> str:
         try:
             return await first_model(session, config.endpoint)
         except Exception as error:  # noqa: BLE001 - any failure means the same: pass --model
-            raise RunFailure(f"--model not given and the server's model list is unreadable ({' '.join(str(error).split())[:160]}); pass --model") from None
+            raise RunFailure(
+                f"--model not given and the server's model list is unreadable ({' '.join(str(error).split())[:160]}); pass --model"
+            ) from None
 
 
 class RunFailure(RuntimeError):
@@ -272,19 +274,23 @@ async def _profiled_slice(runner: Any, config: LoadgenConfig) -> None:
     from kneepoint.loadgen.profile_slice import profile_during
 
     phase = _run_phase(runner, config, "profile", "profile  ", config.profile_requests, None)
-    _, outcome = await profile_during(phase, lambda: runner.progress()[0], config.endpoint, config.resolve_rules,
-                                      config.profile_seconds, config.timeout_s)
+    _, outcome = await profile_during(
+        phase, lambda: runner.progress()[0], config.endpoint, config.resolve_rules, config.profile_seconds, config.timeout_s
+    )
     if outcome.error is not None:
         click.echo(f"kneepoint loadgen: profiled slice: {outcome.error} (the measured figures are unaffected)", err=True)
     else:
-        click.echo(f"kneepoint loadgen: profiled slice: {outcome.seconds:.1f} s under load; /stop_profile answered after "
-                   f"{outcome.stop_seconds:.1f} s", err=True)
+        click.echo(
+            f"kneepoint loadgen: profiled slice: {outcome.seconds:.1f} s under load; /stop_profile answered after "
+            f"{outcome.stop_seconds:.1f} s",
+            err=True,
+        )
 
 
 async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> tuple[list[Any], list[Any], int, str]:
     """Warm up, then run every repeat. Returns (repeat summaries, raw records per repeat, workers, model)."""
     from kneepoint.loadgen.runner import LocalRunner, RunSettings
-    from kneepoint.loadgen.worker_pool import WorkerPool, WorkerError
+    from kneepoint.loadgen.worker_pool import WorkerError, WorkerPool
 
     model = await _resolve_model(config)
     settings = RunSettings(
@@ -374,10 +380,19 @@ def _write_termination_message(text: str) -> str | None:
 @click.command(name="loadgen", cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--endpoint", required=True, help="Base URL of the server, e.g. http://127.0.0.1:8000.")
 @click.option("--model", default=None, help="Model name in requests. Default: the first entry of GET /v1/models.")
-@click.option("--api", type=click.Choice(sorted(API_PATHS)), default="completions", show_default=True,
-              help="completions -> /v1/completions, chat -> /v1/chat/completions.")
-@click.option("--stream/--no-stream", default=True, show_default=True,
-              help="Stream with SSE (TTFT, TPOT, ITL measured) or wait for the whole body (latency only).")
+@click.option(
+    "--api",
+    type=click.Choice(sorted(API_PATHS)),
+    default="completions",
+    show_default=True,
+    help="completions -> /v1/completions, chat -> /v1/chat/completions.",
+)
+@click.option(
+    "--stream/--no-stream",
+    default=True,
+    show_default=True,
+    help="Stream with SSE (TTFT, TPOT, ITL measured) or wait for the whole body (latency only).",
+)
 @click.option("--concurrency", type=int, required=True, help="Requests in flight at once (vLLM bench --max-concurrency).")
 @click.option("--num-requests", type=int, default=1000, show_default=True, help="Measured requests per repeat.")
 @click.option("--input-len", type=int, default=1024, show_default=True, help="Prompt tokens per request.")
@@ -385,31 +400,64 @@ def _write_termination_message(text: str) -> str | None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of prompts and Poisson arrivals.")
 @click.option("--warmup-requests", type=int, default=0, show_default=True, help="Unmeasured requests before the first repeat.")
 @click.option("--repeats", type=int, default=1, show_default=True, help="Measured repeats; one is kept (see docs/loadgen.md).")
-@click.option("--request-rate", type=float, default=None,
-              help="Mean requests/s with Poisson arrivals. Default: as fast as the concurrency allows.")
+@click.option(
+    "--request-rate", type=float, default=None, help="Mean requests/s with Poisson arrivals. Default: as fast as the concurrency allows."
+)
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds one request may take in all.")
-@click.option("--save-json", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the summary, every repeat and every request to this JSON file.")
-@click.option("--tokenizer", type=click.Path(exists=False), default=None,
-              help="Local tokenizer.json (or a directory with one) for exact prompt lengths.")
-@click.option("--max-error-fraction", type=float, default=0.5, show_default=True,
-              help="Exit 1 when the kept repeat's failed/all exceeds this.")
-@click.option("--resolve", multiple=True, metavar="HOST:PORT:ADDR",
-              help=f"Connect to ADDR when the URL names HOST:PORT (like curl). Also from ${RESOLVE_ENV}.")
-@click.option("--workers", default="auto", show_default=True, metavar="N|auto",
-              help="Client processes; auto adds processes at high concurrency.")
+@click.option(
+    "--save-json",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write the summary, every repeat and every request to this JSON file.",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(exists=False),
+    default=None,
+    help="Local tokenizer.json (or a directory with one) for exact prompt lengths.",
+)
+@click.option(
+    "--max-error-fraction", type=float, default=0.5, show_default=True, help="Exit 1 when the kept repeat's failed/all exceeds this."
+)
+@click.option(
+    "--resolve",
+    multiple=True,
+    metavar="HOST:PORT:ADDR",
+    help=f"Connect to ADDR when the URL names HOST:PORT (like curl). Also from ${RESOLVE_ENV}.",
+)
+@click.option(
+    "--workers", default="auto", show_default=True, metavar="N|auto", help="Client processes; auto adds processes at high concurrency."
+)
 @click.option("--no-progress", is_flag=True, default=False, help="No progress line (it is drawn only on a terminal anyway).")
-@click.option("--goodput", multiple=True, metavar="KEY:MS",
-              help="SLO for goodput, KEY one of ttft, tpot, e2el (repeatable, like vLLM bench --goodput).")
-@click.option("--client-cpu-limit", type=float, default=DEFAULT_CPU_LIMIT, show_default=True,
-              help="A worker whose median CPU reaches this many cores marks the run client-limited.")
-@click.option("--max-loop-lag-ms", type=float, default=DEFAULT_LOOP_LAG_LIMIT_MS, show_default=True,
-              help="Event-loop lag P99 above this marks the run client-limited.")
-@click.option("--profile-seconds", type=float, default=0.0, show_default=True,
-              help="After the measured repeats: profile this many seconds of the same load (vLLM's /start_profile, "
-                   "/stop_profile; docs/trace.md). 0 = off.")
-@click.option("--profile-requests", type=int, default=None,
-              help="Requests of the profiled phase (unmeasured). Default: 2 x --concurrency.")
+@click.option(
+    "--goodput",
+    multiple=True,
+    metavar="KEY:MS",
+    help="SLO for goodput, KEY one of ttft, tpot, e2el (repeatable, like vLLM bench --goodput).",
+)
+@click.option(
+    "--client-cpu-limit",
+    type=float,
+    default=DEFAULT_CPU_LIMIT,
+    show_default=True,
+    help="A worker whose median CPU reaches this many cores marks the run client-limited.",
+)
+@click.option(
+    "--max-loop-lag-ms",
+    type=float,
+    default=DEFAULT_LOOP_LAG_LIMIT_MS,
+    show_default=True,
+    help="Event-loop lag P99 above this marks the run client-limited.",
+)
+@click.option(
+    "--profile-seconds",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="After the measured repeats: profile this many seconds of the same load (vLLM's /start_profile, "
+    "/stop_profile; docs/trace.md). 0 = off.",
+)
+@click.option("--profile-requests", type=int, default=None, help="Requests of the profiled phase (unmeasured). Default: 2 x --concurrency.")
 def command(**options: Any) -> None:
     """Load-test an OpenAI-compatible server at fixed concurrency (or Poisson arrivals)."""
     try:

@@ -19,7 +19,6 @@ first came in, and ``_read_stream`` uses that time for the chunk it reads.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import socket
@@ -53,9 +52,7 @@ class ResolveRulesResolver(AbstractResolver):
         self._rules = dict(rules)
         self._fallback = fallback if fallback is not None else aiohttp.ThreadedResolver()
 
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
         address = self._rules.get((host.lower(), port))
         if address is None:
             return await self._fallback.resolve(host, port, family)
@@ -169,7 +166,7 @@ async def send_request(
                 await _read_stream(response, record, started)
             else:
                 await _read_body(response, record, started)
-    except (asyncio.TimeoutError, TimeoutError):
+    except TimeoutError:
         _fail(record, kinds.TIMEOUT, f"no complete response within the --timeout ({_elapsed(started):.1f} s)")
     except aiohttp.ClientConnectorError as error:
         _fail(record, kinds.CONNECT, str(error))

@@ -37,12 +37,11 @@ class SliceOutcome:
 
 
 async def _post(endpoint: str, path: str, rules: Mapping[tuple[str, int], str], timeout_s: float) -> None:
-    async with make_session(1, rules, timeout_s) as session:
-        async with session.post(endpoint.rstrip("/") + path) as response:
-            if response.status != 200:
-                body = (await response.text())[:120]
-                raise RuntimeError(f"POST {path}: HTTP {response.status} {' '.join(body.split())}".strip())
-            await response.read()
+    async with make_session(1, rules, timeout_s) as session, session.post(endpoint.rstrip("/") + path) as response:
+        if response.status != 200:
+            body = (await response.text())[:120]
+            raise RuntimeError(f"POST {path}: HTTP {response.status} {' '.join(body.split())}".strip())
+        await response.read()
 
 
 async def profile_during(

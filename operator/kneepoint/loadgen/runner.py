@@ -87,9 +87,7 @@ class LocalIndices:
         return self._next - 1
 
 
-def prepare_phase(
-    settings: RunSettings, tokenizer: Tokenizer | None, phase: str, count: int
-) -> tuple[list[bytes], list[int | None]]:
+def prepare_phase(settings: RunSettings, tokenizer: Tokenizer | None, phase: str, count: int) -> tuple[list[bytes], list[int | None]]:
     """Request bodies of a phase (JSON bytes) and each prompt's local token count."""
     bodies, local = [], []
     for index in range(count):

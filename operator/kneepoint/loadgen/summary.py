@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kneepoint.core.timestamps import rfc3339
-
 from kneepoint.loadgen.records import ERROR_KINDS, RequestRecord
 from kneepoint.loadgen.statistics import Distribution, describe, percentile
 
@@ -428,9 +427,7 @@ def repeat_json(repeat: RepeatSummary) -> dict[str, Any]:
         "requestsPerSecond": round(repeat.requests_per_second, 4),
         "outputTokensPerSecond": round(repeat.output_tokens_per_second, 3),
         "totalTokensPerSecond": round(repeat.total_tokens_per_second, 3),
-        "goodputRequestsPerSecond": None
-        if repeat.goodput_requests_per_second is None
-        else round(repeat.goodput_requests_per_second, 4),
+        "goodputRequestsPerSecond": None if repeat.goodput_requests_per_second is None else round(repeat.goodput_requests_per_second, 4),
         "ttftMs": distribution_json(repeat.ttft_ms),
         "tpotMs": distribution_json(repeat.tpot_ms),
         "itlMs": distribution_json(repeat.itl_ms),
@@ -482,7 +479,5 @@ class SavedRun:
                 "spread": round(self.choice.spread, 4),
             },
             "repeats": [repeat_json(r) for r in self.repeats],
-            "requests": [
-                dict(record.to_json(), repeat=i) for i, records in enumerate(self.records) for record in records
-            ],
+            "requests": [dict(record.to_json(), repeat=i) for i, records in enumerate(self.records) for record in records],
         }

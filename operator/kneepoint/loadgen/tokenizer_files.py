@@ -52,9 +52,7 @@ def load_tokenizer(path: str) -> FileTokenizer:
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise TokenizerFileError(
-            "--tokenizer needs the 'tokenizers' package: pip install 'kneepoint[tokenizer]'"
-        ) from None
+        raise TokenizerFileError("--tokenizer needs the 'tokenizers' package: pip install 'kneepoint[tokenizer]'") from None
     try:
         tokenizer = Tokenizer.from_file(file)
     except Exception as error:  # noqa: BLE001 - the Rust side raises plain Exception subclasses

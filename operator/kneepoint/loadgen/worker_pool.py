@@ -111,9 +111,7 @@ async def _worker_loop(
                 break
             start_at = go[1]
             monitor.reset()
-            records = await drive_phase(
-                session, settings, bodies, slots, indices.take, offsets, start_at, clock, on_finished, worker
-            )
+            records = await drive_phase(session, settings, bodies, slots, indices.take, offsets, start_at, clock, on_finished, worker)
             cpu, lag = monitor.take()
             conn.send(("done", records, cpu, lag))
     finally:

@@ -11,25 +11,35 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 # Metric names are defined once in core (the ladder names missing ones); re-exported (``X as X``) for promql's readers.
 from kneepoint.core.metric_names import (
     CACHE_CONFIG_INFO,
-    COMM_FRACTION as COMM_FRACTION,
     FB_USED,
     GPU_UTIL,
     KV_USAGE,
     NVLINK_TX,
-    OPTIONAL_METRICS as OPTIONAL_METRICS,
     PCIE_RX,
     PCIE_TX,
     PREEMPTIONS,
-    RANK_SKEW_FRACTION as RANK_SKEW_FRACTION,
     RUNNING_REQUESTS,
     TRACE_METRICS,
+)
+from kneepoint.core.metric_names import (
+    COMM_FRACTION as COMM_FRACTION,
+)
+from kneepoint.core.metric_names import (
+    OPTIONAL_METRICS as OPTIONAL_METRICS,
+)
+from kneepoint.core.metric_names import (
+    RANK_SKEW_FRACTION as RANK_SKEW_FRACTION,
+)
+from kneepoint.core.metric_names import (
     TRACE_SLICES as TRACE_SLICES,
+)
+from kneepoint.core.metric_names import (
     TRACE_STEPS as TRACE_STEPS,
 )
 
@@ -139,9 +149,7 @@ def trace_queries(namespace: str, pod_prefix: str, seconds: int) -> list[WindowQ
     """
     sel = pod_selectors(namespace, pod_prefix)[:1]  # the sidecar is scraped like vLLM: pod/namespace target labels
     r = f"[{seconds}s]"
-    return [
-        WindowQuery(name, f"max(last_over_time({name}{{{sel[0]}}}{r}))") for name in TRACE_METRICS
-    ]
+    return [WindowQuery(name, f"max(last_over_time({name}{{{sel[0]}}}{r}))") for name in TRACE_METRICS]
 
 
 ENGINE_SERIES = RUNNING_REQUESTS

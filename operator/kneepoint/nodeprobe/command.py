@@ -16,8 +16,9 @@ import json
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -132,9 +133,13 @@ def _default_node_name() -> str:
 
 
 @click.command(name="probe", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--node-name", envvar="NODE_NAME", default=None, help="Node to label [env NODE_NAME; with --dry-run the host name by default].")
+@click.option(
+    "--node-name", envvar="NODE_NAME", default=None, help="Node to label [env NODE_NAME; with --dry-run the host name by default]."
+)
 @click.option("--dry-run", is_flag=True, help="Print the labels and annotation as JSON; change nothing.")
-@click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None, help="Also write NVML's raw answers to PATH (JSON).")
+@click.option(
+    "--record", "record_path", type=click.Path(dir_okay=False), default=None, help="Also write NVML's raw answers to PATH (JSON)."
+)
 @click.option(
     "--from-recording",
     "recording_path",

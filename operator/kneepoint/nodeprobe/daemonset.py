@@ -24,7 +24,6 @@ tests inspect. Choices, and why:
 from __future__ import annotations
 
 import copy
-
 from typing import Any
 
 PROBE_NAME = "kneepoint-probe"
@@ -111,8 +110,7 @@ def build_probe_daemonset(
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     # Terms are ORed: a node labelled by either the GPU Operator or NFD qualifies.
                     "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
-                        for key, value in GPU_NODE_LABELS
+                        {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]} for key, value in GPU_NODE_LABELS
                     ]
                 }
             }

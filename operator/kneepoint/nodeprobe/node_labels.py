@@ -93,8 +93,7 @@ def validate_node_name(node_name: str) -> str:
     """Return ``node_name`` if it is a valid node name (RFC 1123 subdomain), else raise ValueError."""
     if not node_name or len(node_name) > 253 or not _NODE_NAME_RE.match(node_name):
         raise ValueError(
-            f"--node-name: {node_name!r} is not a Kubernetes node name "
-            "(lowercase letters, digits, '-' and '.', at most 253 characters)"
+            f"--node-name: {node_name!r} is not a Kubernetes node name (lowercase letters, digits, '-' and '.', at most 253 characters)"
         )
     return node_name
 

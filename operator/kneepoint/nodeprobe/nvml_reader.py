@@ -36,8 +36,9 @@ import ctypes
 import importlib.metadata
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kneepoint.core.timestamps import now_rfc3339
 

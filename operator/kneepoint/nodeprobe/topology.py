@@ -26,8 +26,9 @@ answers); output is a :class:`Topology`:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 # nvmlGpuTopologyLevel_t values and the names nvidia-smi topo -m prints for them.
 TOPOLOGY_LEVEL_NAMES: dict[int, str] = {0: "INT", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}

@@ -10,8 +10,9 @@ decision lines come from ``kneepoint.core.record_table`` so the report reads exa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from kneepoint.core.apifields import to_json
 from kneepoint.core.decision import STATE_DECIDED, DecisionOutcome, decide
@@ -212,7 +213,11 @@ def context_lines(inp: ReportInput) -> list[str]:
     phase = inp.status.get("phase")
     if phase:
         current = inp.status.get("currentTier")
-        lines.append(f"phase {phase}" + (f"; current tier {current}" if current else "") + (f"; {inp.status['message']}" if inp.status.get("message") else ""))
+        lines.append(
+            f"phase {phase}"
+            + (f"; current tier {current}" if current else "")
+            + (f"; {inp.status['message']}" if inp.status.get("message") else "")
+        )
     return lines
 
 
@@ -249,7 +254,11 @@ def kserve_line(report: ExperimentReport, export_hint: str | None = None) -> str
     text = (
         f"KServe recommendation ({where}): InferenceService {k.name}, {shape}, minReplicas {k.min_replicas}, "
         f"maxReplicas {k.max_replicas}, "
-        + (f"scaling on {k.scale_metric} at {k.scale_target} per replica" if k.scale_metric != "none" else "fixed replicas (multi-node: autoscalerClass none)")
+        + (
+            f"scaling on {k.scale_metric} at {k.scale_target} per replica"
+            if k.scale_metric != "none"
+            else "fixed replicas (multi-node: autoscalerClass none)"
+        )
     )
     if export_hint:
         text += f"; `{export_hint}` prints it"

@@ -15,7 +15,8 @@ state, no display needed, safe in a pod or a test. Artists that tests look for c
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -178,8 +179,9 @@ def build_knee_figure(tiers: Sequence[TierResult], decision: Decision | None, co
         if t.comm_fraction is None:
             continue
         text = f"C {t.comm_fraction:.2f}" + ("" if t.rank_skew_fraction is None else f"\nskew {t.rank_skew_fraction:.2f}")
-        ax.text(t.gpus, 0.02, text, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7.5,
-                color=COMM_COLOUR, gid="comm")
+        ax.text(
+            t.gpus, 0.02, text, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7.5, color=COMM_COLOUR, gid="comm"
+        )
     if with_p99:
         (line,) = ax2.plot(
             [t.gpus for t in with_p99],

@@ -30,6 +30,7 @@ def say_flush(line: str) -> None:
     """Print one progress line at once, even when stdout is a file or a pipe."""
     print(line, flush=True)
 
+
 MIN_GO = (1, 26)
 
 
@@ -122,14 +123,12 @@ def find_go() -> str:
     go = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if os.access(p, os.X_OK)), None)
     if go is None:
         raise BuildError(
-            "the sandbox builds its Kubernetes binaries from Go modules and needs Go >= "
-            f"{MIN_GO[0]}.{MIN_GO[1]} on PATH (go not found)"
+            f"the sandbox builds its Kubernetes binaries from Go modules and needs Go >= {MIN_GO[0]}.{MIN_GO[1]} on PATH (go not found)"
         )
     version = go_version(go)
     if version < MIN_GO:
         raise BuildError(
-            f"go {version[0]}.{version[1]} at {go} is too old: Kubernetes {pins.KUBERNETES_VERSION} "
-            f"needs Go >= {MIN_GO[0]}.{MIN_GO[1]}"
+            f"go {version[0]}.{version[1]} at {go} is too old: Kubernetes {pins.KUBERNETES_VERSION} needs Go >= {MIN_GO[0]}.{MIN_GO[1]}"
         )
     return go
 
@@ -167,9 +166,7 @@ def _build_missing(build: pins.GoBuild, env: Mapping[str, str], say: Say, missin
     say(f"[sandbox] {build.key}: built {len(missing)} binaries in {_fmt(time.monotonic() - started)}")
 
 
-def _prepare_module(
-    build: pins.GoBuild, work: Path, go: str, go_env: Mapping[str, str], say: Say, log: Path
-) -> None:
+def _prepare_module(build: pins.GoBuild, work: Path, go: str, go_env: Mapping[str, str], say: Say, log: Path) -> None:
     """Write the wrapper go.mod and run ``go mod tidy``, unless this exact seed was tidied before."""
     seed = gomod.wrapper_gomod(build)
     seed_file = work / "go.mod.seed"

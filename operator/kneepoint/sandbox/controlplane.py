@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from kneepoint.core import node_labels
-from kneepoint.sandbox import binaries, fleet, flags, layout, lws_component, lws_config, pins, pki, processes, promconfig
+from kneepoint.sandbox import binaries, flags, fleet, layout, lws_component, lws_config, pins, pki, processes, promconfig
 from kneepoint.sandbox.layout import HOST, Ports, StatePaths
 
 Say = Callable[[str], None]
@@ -253,8 +253,10 @@ def _up_locked(
             _reload_prometheus(sandbox, say)
 
     took = time.monotonic() - started_at
-    say(f"[sandbox] up in {took:.1f}s: {', '.join(sandbox.started) or 'everything reused'}"
-        + (f" started; {len(groups)} node groups from {fleet_path}" if sandbox.started else ""))
+    say(
+        f"[sandbox] up in {took:.1f}s: {', '.join(sandbox.started) or 'everything reused'}"
+        + (f" started; {len(groups)} node groups from {fleet_path}" if sandbox.started else "")
+    )
     say(f"[sandbox] kubectl: {bins.kubectl}")
     say(f"[sandbox] point kubectl at it:  export KUBECONFIG={paths.admin_kubeconfig}")
     say(f"[sandbox] prometheus: {sandbox.prometheus_url}")
@@ -273,8 +275,7 @@ def _check_recorded_ports(sandbox: Sandbox, port_offset: int | None) -> None:
         return
     if recorded != sandbox.ports and any(_live(sandbox, name) for name in flags.COMPONENTS):
         raise SandboxError(
-            f"--port-offset {port_offset}: the sandbox in {sandbox.paths.root} runs on other ports; "
-            "run `kneepoint sandbox down` first"
+            f"--port-offset {port_offset}: the sandbox in {sandbox.paths.root} runs on other ports; run `kneepoint sandbox down` first"
         )
 
 
@@ -283,9 +284,7 @@ def _live(sandbox: Sandbox, name: str) -> processes.Record | None:
     return record if processes.live_process(record) is not None else None
 
 
-def _ensure_component(
-    sandbox: Sandbox, name: str, argv: list[str], health: flags.Health, env: Mapping[str, str], say: Say
-) -> None:
+def _ensure_component(sandbox: Sandbox, name: str, argv: list[str], health: flags.Health, env: Mapping[str, str], say: Say) -> None:
     paths = sandbox.paths
     record = _live(sandbox, name)
     if record is not None:
@@ -307,9 +306,7 @@ def _ensure_component(
     began = time.monotonic()
     record = processes.start(name, argv, paths.log(name), paths.pid(name), env, cwd=paths.root)
     try:
-        processes.wait_healthy(
-            record, health, paths.pki, paths.log(name), HEALTH_TIMEOUT.get(name, DEFAULT_HEALTH_TIMEOUT)
-        )
+        processes.wait_healthy(record, health, paths.pki, paths.log(name), HEALTH_TIMEOUT.get(name, DEFAULT_HEALTH_TIMEOUT))
     except processes.ProcessError as exc:
         processes.stop([record], marker=None)
         raise SandboxError(str(exc)) from exc
@@ -416,8 +413,7 @@ def _sync_nodes(sandbox: Sandbox, groups: list[fleet.NodeGroup], say: Say) -> No
             capacity = current.status.capacity or {}
             want_labels = node["metadata"]["labels"]
             stale = {
-                key: None for key in labels
-                if key.startswith((node_labels.GFD_PREFIX, node_labels.PROBE_PREFIX)) and key not in want_labels
+                key: None for key in labels if key.startswith((node_labels.GFD_PREFIX, node_labels.PROBE_PREFIX)) and key not in want_labels
             }
             if any(labels.get(k) != v for k, v in want_labels.items()) or stale:
                 core.patch_node(name, {"metadata": {"labels": {**want_labels, **stale}}})
@@ -447,17 +443,13 @@ def _wait_nodes_ready(sandbox: Sandbox, names: list[str], timeout: float = 60) -
             if not missing:
                 return
             if time.monotonic() > deadline:
-                raise SandboxError(
-                    f"nodes not Ready after {timeout:.0f}s: {', '.join(missing)} (KWOK log: {sandbox.paths.log('kwok')})"
-                )
+                raise SandboxError(f"nodes not Ready after {timeout:.0f}s: {', '.join(missing)} (KWOK log: {sandbox.paths.log('kwok')})")
             time.sleep(0.3)
 
 
 def kubectl(sandbox: Sandbox, kubectl_path: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run the sandbox's kubectl against it."""
-    proc = subprocess.run(
-        [str(kubectl_path), f"--kubeconfig={sandbox.kubeconfig}", *args], capture_output=True, text=True
-    )
+    proc = subprocess.run([str(kubectl_path), f"--kubeconfig={sandbox.kubeconfig}", *args], capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise SandboxError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
     return proc
@@ -481,8 +473,7 @@ def _apply_crds(sandbox: Sandbox, kubectl_path: Path, say: Say) -> None:
     if directory is None:
         say("[sandbox] crds/: no CRD files found; none applied")
         return
-    kubectl(sandbox, kubectl_path, "apply", "--server-side", "--force-conflicts",
-            "--field-manager=kneepoint-sandbox", "-f", str(directory))
+    kubectl(sandbox, kubectl_path, "apply", "--server-side", "--force-conflicts", "--field-manager=kneepoint-sandbox", "-f", str(directory))
     _wait_established(sandbox, kubectl_path, directory)
     say(f"[sandbox] CRDs from {directory} applied (server-side) and Established")
 
@@ -491,8 +482,7 @@ def _apply_kwok_crds(sandbox: Sandbox, kubectl_path: Path, say: Say) -> None:
     """KWOK's Logs CRD (kneepoint/data/sandbox), Established before KWOK starts watching Logs objects."""
     resource = importlib.resources.files("kneepoint.data").joinpath("sandbox/kwok-logs-crd.yaml")
     with importlib.resources.as_file(resource) as path:
-        kubectl(sandbox, kubectl_path, "apply", "--server-side", "--force-conflicts",
-                "--field-manager=kneepoint-sandbox", "-f", str(path))
+        kubectl(sandbox, kubectl_path, "apply", "--server-side", "--force-conflicts", "--field-manager=kneepoint-sandbox", "-f", str(path))
         _wait_established(sandbox, kubectl_path, path)
     say("[sandbox] KWOK Logs CRD applied (pod logs for kubectl logs)")
 
@@ -551,8 +541,9 @@ def _apply_lws_webhooks(sandbox: Sandbox, kubectl_path: Path, say: Say, timeout:
     deadline = time.monotonic() + timeout
     while not processes.port_in_use(webhook_port):
         if time.monotonic() > deadline:
-            raise SandboxError(f"lws: webhook server not listening on {layout.HOST}:{webhook_port} after {timeout:.0f}s; "
-                               f"see {sandbox.paths.log('lws')}")
+            raise SandboxError(
+                f"lws: webhook server not listening on {layout.HOST}:{webhook_port} after {timeout:.0f}s; see {sandbox.paths.log('lws')}"
+            )
         time.sleep(0.2)
     documents = lws_component.webhook_configurations(webhook_port, (sandbox.paths.pki / "ca.crt").read_bytes())
     target = lws_config.webhooks_path(sandbox.paths)
@@ -564,9 +555,7 @@ def _apply_lws_webhooks(sandbox: Sandbox, kubectl_path: Path, say: Say, timeout:
 # --- down ------------------------------------------------------------------------------------
 
 
-def down(
-    state_dir: Path | None = None, only: list[str] | None = None, purge: bool = False, say: Say = _say
-) -> list[str]:
+def down(state_dir: Path | None = None, only: list[str] | None = None, purge: bool = False, say: Say = _say) -> list[str]:
     """Stop the sandbox's processes (all, or ``only`` those named); returns any left alive.
 
     Stopping everything also ends every process that carries this sandbox's marker (what
@@ -635,4 +624,3 @@ def sandbox_rss_bytes(sandbox: Sandbox) -> int:
     for proc in processes.marked_processes(sandbox.marker):
         procs.setdefault(proc.pid, proc)
     return processes.rss_bytes(procs.values())
-

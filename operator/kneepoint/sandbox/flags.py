@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kneepoint.sandbox.lws_config import argv as lws_argv, health_url as lws_health_url, ports as lws_ports
 from kneepoint.sandbox.layout import HOST, Ports, StatePaths
+from kneepoint.sandbox.lws_config import argv as lws_argv
+from kneepoint.sandbox.lws_config import health_url as lws_health_url
+from kneepoint.sandbox.lws_config import ports as lws_ports
 
 # Start order; ``down`` stops in reverse.
 COMPONENTS = (

@@ -45,8 +45,19 @@ _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _GROUP_KEYS = {
-    "namePrefix", "count", "gpuProduct", "gpuCount", "gpuMemoryMiB", "interconnect",
-    "nvlinkDomainSize", "cpu", "memory", "ephemeralStorage", "pods", "interNodeGbps", "labels",
+    "namePrefix",
+    "count",
+    "gpuProduct",
+    "gpuCount",
+    "gpuMemoryMiB",
+    "interconnect",
+    "nvlinkDomainSize",
+    "cpu",
+    "memory",
+    "ephemeralStorage",
+    "pods",
+    "interNodeGbps",
+    "labels",
 }
 
 
@@ -151,10 +162,19 @@ def parse_group(group: Any, where: str) -> NodeGroup:
             raise FleetError(f"{where}.labels.{key}: {text!r} is not a valid label value")
         clean[key] = text
     return NodeGroup(
-        name_prefix=prefix, count=count, gpu_product=product, gpu_count=gpu_count,
-        gpu_memory_mib=memory_mib, interconnect=interconnect, nvlink_domain_size=domain,
-        cpu=cpu, memory=memory, pods=pods, ephemeral_storage=storage,
-        inter_node_gbps=float(gbps) if gbps is not None else None, labels=clean,
+        name_prefix=prefix,
+        count=count,
+        gpu_product=product,
+        gpu_count=gpu_count,
+        gpu_memory_mib=memory_mib,
+        interconnect=interconnect,
+        nvlink_domain_size=domain,
+        cpu=cpu,
+        memory=memory,
+        pods=pods,
+        ephemeral_storage=storage,
+        inter_node_gbps=float(gbps) if gbps is not None else None,
+        labels=clean,
     )
 
 

@@ -40,7 +40,7 @@ def gomod_replaces(text: str) -> dict[str, str]:
             in_block = False
             continue
         if line.startswith("replace "):
-            line = line[len("replace "):]
+            line = line[len("replace ") :]
         elif not in_block:
             continue
         if "=>" in line:

@@ -33,13 +33,39 @@ BUILD_DATE = "2026-11-29T00:00:00Z"
 # maps it to ./staging/...; a wrapper module must replace every one with its published
 # v0.Y.Z, or module loading stops (the module zip has no staging/ directory).
 STAGING_MODULES_1_36: tuple[str, ...] = (
-    "api", "apiextensions-apiserver", "apimachinery", "apiserver", "cli-runtime",
-    "client-go", "cloud-provider", "cluster-bootstrap", "code-generator", "component-base",
-    "component-helpers", "controller-manager", "cri-api", "cri-client", "cri-streaming",
-    "csi-translation-lib", "dynamic-resource-allocation", "endpointslice", "externaljwt",
-    "kms", "kube-aggregator", "kube-controller-manager", "kube-proxy", "kube-scheduler",
-    "kubectl", "kubelet", "metrics", "mount-utils", "pod-security-admission",
-    "sample-apiserver", "sample-cli-plugin", "sample-controller", "streaming",
+    "api",
+    "apiextensions-apiserver",
+    "apimachinery",
+    "apiserver",
+    "cli-runtime",
+    "client-go",
+    "cloud-provider",
+    "cluster-bootstrap",
+    "code-generator",
+    "component-base",
+    "component-helpers",
+    "controller-manager",
+    "cri-api",
+    "cri-client",
+    "cri-streaming",
+    "csi-translation-lib",
+    "dynamic-resource-allocation",
+    "endpointslice",
+    "externaljwt",
+    "kms",
+    "kube-aggregator",
+    "kube-controller-manager",
+    "kube-proxy",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "metrics",
+    "mount-utils",
+    "pod-security-admission",
+    "sample-apiserver",
+    "sample-cli-plugin",
+    "sample-controller",
+    "streaming",
 )
 
 
@@ -105,8 +131,7 @@ def kubernetes_build(version: str = KUBERNETES_VERSION) -> GoBuild:
         requires=(("k8s.io/kubernetes", version),),
         replaces=tuple((f"k8s.io/{m}", f"k8s.io/{m}", staging_version) for m in STAGING_MODULES_1_36),
         outputs=tuple(
-            (cmd, f"k8s.io/kubernetes/cmd/{cmd}")
-            for cmd in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+            (cmd, f"k8s.io/kubernetes/cmd/{cmd}") for cmd in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
         ),
         ldflags=kubernetes_ldflags(version),
     )

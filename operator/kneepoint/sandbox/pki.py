@@ -76,9 +76,25 @@ def ensure_ca(pki: Path) -> None:
     if (pki / "ca.crt").exists() and (pki / "ca.key").exists():
         return
     _openssl(
-        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kneepoint-sandbox-ca",
-         "-keyout", "ca.key.tmp", "-out", "ca.crt.tmp", "-days", str(DAYS),
-         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+        [
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=kneepoint-sandbox-ca",
+            "-keyout",
+            "ca.key.tmp",
+            "-out",
+            "ca.crt.tmp",
+            "-days",
+            str(DAYS),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
         pki,
     )
     _publish(pki / "ca.key.tmp", pki / "ca.key")
@@ -97,10 +113,28 @@ def ensure_cert(pki: Path, name: str, subject: str, usage: str, sans: tuple[str,
     if sans:
         ext.append("subjectAltName=" + ",".join(sans))
     (pki / f"{name}.ext").write_text("\n".join(ext) + "\n")
-    _openssl(["req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
-              "-keyout", f"{name}.key.tmp", "-out", f"{name}.csr"], pki)
-    _openssl(["x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-              "-days", str(DAYS), "-sha256", "-extfile", f"{name}.ext", "-out", f"{name}.crt.tmp"], pki)
+    _openssl(["req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", f"{name}.key.tmp", "-out", f"{name}.csr"], pki)
+    _openssl(
+        [
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            str(DAYS),
+            "-sha256",
+            "-extfile",
+            f"{name}.ext",
+            "-out",
+            f"{name}.crt.tmp",
+        ],
+        pki,
+    )
     (pki / f"{name}.csr").unlink(missing_ok=True)
     (pki / f"{name}.ext").unlink(missing_ok=True)
     _publish(pki / f"{name}.key.tmp", pki / f"{name}.key")
@@ -132,6 +166,7 @@ def ensure_pki(paths: StatePaths) -> None:
 
 def kubeconfig_document(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user: str) -> dict:
     """A kubeconfig with embedded credentials (what ``kubectl config --embed-certs`` writes)."""
+
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode()
 
@@ -156,7 +191,10 @@ def write_kubeconfigs(paths: StatePaths, apiserver_port: int) -> None:
     ca = (pki / "ca.crt").read_bytes()
     for client in CLIENTS:
         doc = kubeconfig_document(
-            server, ca, (pki / f"{client.name}.crt").read_bytes(), (pki / f"{client.name}.key").read_bytes(),
+            server,
+            ca,
+            (pki / f"{client.name}.crt").read_bytes(),
+            (pki / f"{client.name}.key").read_bytes(),
             client.name,
         )
         target = paths.kubeconfig(client.name)

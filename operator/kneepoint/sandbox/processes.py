@@ -151,8 +151,14 @@ def start(name: str, argv: list[str], log_path: Path, pid_path: Path, env: Mappi
         log.flush()
         try:
             proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=dict(env), cwd=cwd, start_new_session=True, close_fds=True,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
             )
         except OSError as exc:
             raise ProcessError(f"{name}: cannot start {argv[0]}: {exc}") from exc

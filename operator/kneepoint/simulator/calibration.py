@@ -9,8 +9,9 @@ bandwidth and FLOPs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from kneepoint.core.catalog_files import load_data_file
 

@@ -23,10 +23,11 @@ import json
 import math
 import statistics
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kneepoint.core.architectures import ModelArchitecture
 from kneepoint.core.gpus import get_gpu_type
@@ -135,23 +136,45 @@ def load_points(data_dir: Path) -> list[MeasuredPoint]:
             for row in summary.get("decode", []):
                 if "graph_comm_median_ms" not in row:
                     continue  # out of memory at this batch
-                points.append(MeasuredPoint(
-                    source=source, model=model, kind="decode", tensor_parallel=tp, interconnect=interconnect,
-                    batch=int(row["batch"]), context_tokens=ctx, measured_ms=float(row["graph_comm_median_ms"]),
-                    measured_nocomm_ms=float(row["graph_nocomm_median_ms"]) if tp > 1 else float(row["graph_comm_median_ms"]),
-                    measured_comm_share=float(row["comm_share"]) if tp > 1 else 0.0,
-                    shape=shape, deployment=deployment))
+                points.append(
+                    MeasuredPoint(
+                        source=source,
+                        model=model,
+                        kind="decode",
+                        tensor_parallel=tp,
+                        interconnect=interconnect,
+                        batch=int(row["batch"]),
+                        context_tokens=ctx,
+                        measured_ms=float(row["graph_comm_median_ms"]),
+                        measured_nocomm_ms=float(row["graph_nocomm_median_ms"]) if tp > 1 else float(row["graph_comm_median_ms"]),
+                        measured_comm_share=float(row["comm_share"]) if tp > 1 else 0.0,
+                        shape=shape,
+                        deployment=deployment,
+                    )
+                )
             for row in summary.get("prefill", []):
                 if "graph_comm_median_ms" not in row:
                     continue  # eager-only timing (launch-bound in that VM): not a graph-replay point
                 nocomm = row.get("graph_nocomm_median_ms")
                 share = row.get("comm_share_graph")
-                points.append(MeasuredPoint(
-                    source=source, model=model, kind="prefill", tensor_parallel=tp, interconnect=interconnect,
-                    batch=int(row["tokens"]), context_tokens=0, measured_ms=float(row["graph_comm_median_ms"]),
-                    measured_nocomm_ms=float(nocomm) if nocomm is not None else (float(row["graph_comm_median_ms"]) if tp == 1 else None),
-                    measured_comm_share=float(share) if share is not None else (0.0 if tp == 1 else None),
-                    shape=shape, deployment=deployment))
+                points.append(
+                    MeasuredPoint(
+                        source=source,
+                        model=model,
+                        kind="prefill",
+                        tensor_parallel=tp,
+                        interconnect=interconnect,
+                        batch=int(row["tokens"]),
+                        context_tokens=0,
+                        measured_ms=float(row["graph_comm_median_ms"]),
+                        measured_nocomm_ms=float(nocomm)
+                        if nocomm is not None
+                        else (float(row["graph_comm_median_ms"]) if tp == 1 else None),
+                        measured_comm_share=float(share) if share is not None else (0.0 if tp == 1 else None),
+                        shape=shape,
+                        deployment=deployment,
+                    )
+                )
     return points
 
 
@@ -163,8 +186,15 @@ def load_allreduce_points(data_dir: Path) -> list[AllReducePoint]:
         for call, doc in _calls(json.loads(path.read_text())):
             rank0 = doc["ranks"][0]
             for row in rank0.get("graph", []):
-                out.append(AllReducePoint(source=f"{path.name} {call}", interconnect=interconnect, ranks=int(rank0["world"]),
-                                          message_bytes=int(row["bytes"]), measured_us=float(row["per_allreduce_us_median"])))
+                out.append(
+                    AllReducePoint(
+                        source=f"{path.name} {call}",
+                        interconnect=interconnect,
+                        ranks=int(rank0["world"]),
+                        message_bytes=int(row["bytes"]),
+                        measured_us=float(row["per_allreduce_us_median"]),
+                    )
+                )
     return out
 
 
@@ -186,8 +216,9 @@ def eager_constants(data_dir: Path) -> EagerCalibration:
             per_file += [float(r["eager_median_ms"]) / layers for r in summary.get("decode", []) if "eager_median_ms" in r]
         if per_file:
             (tp1 if tp == 1 else many).append(min(per_file) * 1e3)
-    return EagerCalibration(host_us_per_layer_tp1=round(statistics.median(tp1), 1),
-                            host_us_per_layer_tp_many=round(statistics.median(many), 1))
+    return EagerCalibration(
+        host_us_per_layer_tp1=round(statistics.median(tp1), 1), host_us_per_layer_tp_many=round(statistics.median(many), 1)
+    )
 
 
 H200 = get_gpu_type("h200")
@@ -208,8 +239,14 @@ def predict_allreduce_us(point: AllReducePoint, cal: Calibration) -> float:
 
 
 # -- parameter vector <-> calibration ---------------------------------------------------------
-_COMPUTE_KEYS = ("weight_bandwidth_efficiency", "kv_bandwidth_efficiency", "compute_efficiency",
-                 "roofline_sharpness", "overhead_us_per_layer", "overhead_us_per_step")
+_COMPUTE_KEYS = (
+    "weight_bandwidth_efficiency",
+    "kv_bandwidth_efficiency",
+    "compute_efficiency",
+    "roofline_sharpness",
+    "overhead_us_per_layer",
+    "overhead_us_per_step",
+)
 
 
 def _link_vector(link: LinkCalibration) -> list[float]:
@@ -224,7 +261,7 @@ def _link_vector(link: LinkCalibration) -> list[float]:
 def _link_from(vec: Sequence[float], template: LinkCalibration) -> LinkCalibration:
     protos = []
     for i, p in enumerate(template.protocols):
-        lat, extra, eff = vec[3 * i: 3 * i + 3]
+        lat, extra, eff = vec[3 * i : 3 * i + 3]
         protos.append(CollectiveProtocol(p.name, lat, extra, eff))
     shared = vec[3 * len(protos)] if template.shared_bandwidth_gbps else None
     return LinkCalibration(tuple(protos), shared)
@@ -241,8 +278,9 @@ def _with_links(cal: Calibration, nv: Sequence[float], pcie: Sequence[float]) ->
     return replace(cal, links=links)
 
 
-def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], *, step: float = 0.15,
-                iterations: int = 4000, tol: float = 1e-10) -> list[float]:
+def nelder_mead(
+    f: Callable[[list[float]], float], x0: Sequence[float], *, step: float = 0.15, iterations: int = 4000, tol: float = 1e-10
+) -> list[float]:
     """Minimise ``f`` over log-parameters (every parameter positive); returns the parameters."""
     n = len(x0)
     y0 = [math.log(v) for v in x0]
@@ -320,7 +358,7 @@ def fit(points: list[MeasuredPoint], allreduce: list[AllReducePoint], start: Cal
 
     def total_loss(vec: list[float]) -> float:
         n_c = len(_COMPUTE_KEYS)
-        trial = _with_links(_with_compute(cal, vec[:n_c]), vec[n_c:n_c + split], vec[n_c + split:])
+        trial = _with_links(_with_compute(cal, vec[:n_c]), vec[n_c : n_c + split], vec[n_c + split :])
         total = 0.0
         for p in points:
             st = predict(p, trial)
@@ -332,10 +370,14 @@ def fit(points: list[MeasuredPoint], allreduce: list[AllReducePoint], start: Cal
         return total
 
     c = cal.compute
-    vec = nelder_mead(total_loss, [getattr(c, k) for k in _COMPUTE_KEYS] + _link_vector(cal.links["nvlink"])
-                      + _link_vector(cal.links["pcie"]), step=0.05, iterations=6000)
+    vec = nelder_mead(
+        total_loss,
+        [getattr(c, k) for k in _COMPUTE_KEYS] + _link_vector(cal.links["nvlink"]) + _link_vector(cal.links["pcie"]),
+        step=0.05,
+        iterations=6000,
+    )
     n_c = len(_COMPUTE_KEYS)
-    return _with_links(_with_compute(cal, vec[:n_c]), vec[n_c:n_c + split], vec[n_c + split:])
+    return _with_links(_with_compute(cal, vec[:n_c]), vec[n_c : n_c + split], vec[n_c + split :])
 
 
 def _rounded(cal: Calibration) -> dict[str, Any]:
@@ -347,6 +389,7 @@ def _rounded(cal: Calibration) -> dict[str, Any]:
         if isinstance(obj, list):
             return [r(v) for v in obj]
         return obj
+
     return r(calibration_to_json(cal))
 
 
@@ -356,23 +399,29 @@ def comparison_rows(points: list[MeasuredPoint], cal: Calibration) -> list[dict[
     for p in points:
         st = predict(p, cal)
         sim_ms = st.seconds * 1e3
-        rows.append({"point": p.label, "source": p.source, "measured_ms": p.measured_ms, "simulated_ms": sim_ms,
-                     "error": sim_ms / p.measured_ms - 1.0, "measured_comm_share": p.measured_comm_share,
-                     "simulated_comm_share": st.comm_fraction if p.tensor_parallel > 1 else None})
+        rows.append(
+            {
+                "point": p.label,
+                "source": p.source,
+                "measured_ms": p.measured_ms,
+                "simulated_ms": sim_ms,
+                "error": sim_ms / p.measured_ms - 1.0,
+                "measured_comm_share": p.measured_comm_share,
+                "simulated_comm_share": st.comm_fraction if p.tensor_parallel > 1 else None,
+            }
+        )
     return rows
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """Markdown table of :func:`comparison_rows`."""
-    lines = ["| point | source | measured ms | simulated ms | error | comm share measured / simulated |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| point | source | measured ms | simulated ms | error | comm share measured / simulated |", "|---|---|---|---|---|---|"]
     for r in rows:
         share = "–"
         if r["simulated_comm_share"] is not None:
             m = r["measured_comm_share"]
             share = f"{m:.0%} / {r['simulated_comm_share']:.0%}" if m is not None else f"– / {r['simulated_comm_share']:.0%}"
-        lines.append(f"| {r['point']} | {r['source']} | {r['measured_ms']:.2f} | {r['simulated_ms']:.2f} | "
-                     f"{r['error']:+.1%} | {share} |")
+        lines.append(f"| {r['point']} | {r['source']} | {r['measured_ms']:.2f} | {r['simulated_ms']:.2f} | {r['error']:+.1%} | {share} |")
     return "\n".join(lines)
 
 
@@ -396,8 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(rows, key=lambda r: abs(r["error"]))
     print(f"\n{len(rows)} points; worst error {worst['error']:+.1%} ({worst['point']}, {worst['source']})")
     for a in allreduce:
-        print(f"all-reduce {a.interconnect} x{a.ranks} {a.message_bytes:>8d} B: measured {a.measured_us:6.1f} us, "
-              f"simulated {predict_allreduce_us(a, cal):6.1f} us")
+        print(
+            f"all-reduce {a.interconnect} x{a.ranks} {a.message_bytes:>8d} B: measured {a.measured_us:6.1f} us, "
+            f"simulated {predict_allreduce_us(a, cal):6.1f} us"
+        )
     return 0
 
 

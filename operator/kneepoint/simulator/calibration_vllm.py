@@ -47,8 +47,6 @@ from kneepoint.core.tiers import Tier
 from kneepoint.simulator.calibration import (
     CALIBRATION_FILE,
     Calibration,
-    ComputeCalibration,
-    ServingCalibration,
     calibration_from_json,
     load_calibration,
 )
@@ -74,8 +72,13 @@ MAX_NUM_SEQS = 128  # run 1's engine (the first trace's was 32: its steps fit ei
 PROMPT, OUTPUT = 1024, 256  # the traced workloads
 MEAN_DECODE_CONTEXT = PROMPT + OUTPUT // 2 + 1
 """A decoding sequence's mean context in a steady 1024-in / 256-out load."""
-ITL_FILES = {1: "8b-tp1-loadgen-c1.json", 4: "8b-tp1-loadgen-c4.json", 8: "8b-tp1-loadgen-c8.json",
-             16: "8b-tp1-loadgen-c16.json", 32: "8b-tp1-loadgen-c32-noprof.json"}
+ITL_FILES = {
+    1: "8b-tp1-loadgen-c1.json",
+    4: "8b-tp1-loadgen-c4.json",
+    8: "8b-tp1-loadgen-c8.json",
+    16: "8b-tp1-loadgen-c16.json",
+    32: "8b-tp1-loadgen-c32-noprof.json",
+}
 TTFT_FILE = "8b-tp1-loadgen-c1.json"
 _ANNOTATION = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
 
@@ -111,8 +114,14 @@ class StepComposition:
         """What the step computed: prompt chunks of equal share, each attending to itself only."""
         n, t, g = self.prefill_seqs, self.prefill_tokens, self.decode_seqs
         pairs = n * (t / n) * (t / n + 1) / 2 if n else 0.0
-        return StepWork(decode_seqs=g, decode_context_tokens=g * MEAN_DECODE_CONTEXT, prefill_tokens=t,
-                        prefill_attention_pairs=pairs, prefill_seqs=n, sampled_seqs=g + n)
+        return StepWork(
+            decode_seqs=g,
+            decode_context_tokens=g * MEAN_DECODE_CONTEXT,
+            prefill_tokens=t,
+            prefill_attention_pairs=pairs,
+            prefill_seqs=n,
+            sampled_seqs=g + n,
+        )
 
 
 def parse_annotation(name: str) -> tuple[int, int, int] | None:
@@ -151,10 +160,23 @@ def load_ttft_c1_ms(data_dir: Path) -> float:
 def llama8b_h200_tp1(cal: Calibration, max_num_seqs: int = MAX_NUM_SEQS) -> PerfModel:
     """The perf model of the captures' engine: Llama-3.1-8B, bf16, one H200, as ``kneepoint sim`` sizes it."""
     arch, gpu = get_preset("llama-3-8b"), get_gpu_type("h200")
-    est = estimate_memory(arch, gpu, Tier(1, 1), max_model_len=4096, concurrency=max_num_seqs, context_len=4096,
-                          gpu_memory_utilization=0.9, max_num_seqs=max_num_seqs, interconnect="nvlink")
-    deployment = Deployment(tensor_parallel=1, pipeline_parallel=1, weight_bytes_per_gpu=est.weights_bytes_per_gpu,
-                            kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu)
+    est = estimate_memory(
+        arch,
+        gpu,
+        Tier(1, 1),
+        max_model_len=4096,
+        concurrency=max_num_seqs,
+        context_len=4096,
+        gpu_memory_utilization=0.9,
+        max_num_seqs=max_num_seqs,
+        interconnect="nvlink",
+    )
+    deployment = Deployment(
+        tensor_parallel=1,
+        pipeline_parallel=1,
+        weight_bytes_per_gpu=est.weights_bytes_per_gpu,
+        kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
+    )
     return PerfModel(shape_from_architecture(arch), Hardware.from_gpu(gpu, "nvlink"), deployment, cal)
 
 
@@ -162,16 +184,14 @@ def llama8b_h200_tp1(cal: Calibration, max_num_seqs: int = MAX_NUM_SEQS) -> Perf
 # copy bandwidth (4.28 TB/s) and bf16 matmul rate (about 800 TFLOP/s) measured on that GPU
 # (tests/data/h200). Without them the fit trades weight streaming for a fixed per-layer cost,
 # which fits one 8B GPU and no other model.
-CEILINGS = {"weight_bandwidth_efficiency": 4.28 / 4.8, "kv_bandwidth_efficiency": 4.28 / 4.8,
-            "compute_efficiency": 800.0 / 989.0}
+CEILINGS = {"weight_bandwidth_efficiency": 4.28 / 4.8, "kv_bandwidth_efficiency": 4.28 / 4.8, "compute_efficiency": 800.0 / 989.0}
 
 SCALING_WEIGHT = 0.3
 """Weight of the PyTorch TP-scaling term against the real vLLM step table (whose sum of squares is
 over 26 compositions): enough to keep a per-layer cost that does not shrink with TP, not so much
 that plain PyTorch's slower kernels set vLLM's single-GPU times."""
 
-_FIT_KEYS = ("weight_bandwidth_efficiency", "kv_bandwidth_efficiency", "compute_efficiency",
-             "roofline_sharpness", "overhead_us_per_layer")
+_FIT_KEYS = ("weight_bandwidth_efficiency", "kv_bandwidth_efficiency", "compute_efficiency", "roofline_sharpness", "overhead_us_per_layer")
 
 
 def _with(cal: Calibration, vec: list[float]) -> Calibration:
@@ -198,8 +218,13 @@ def scaling_error(pair: tuple[MeasuredPoint, MeasuredPoint], cal: Calibration) -
     return simulated / (point.measured_ms / base.measured_ms) - 1.0
 
 
-def fit(compositions: list[StepComposition], itl_p50: dict[int, float], ttft_c1_ms: float,
-        start: Calibration, h200_points: list[MeasuredPoint] | None = None) -> Calibration:
+def fit(
+    compositions: list[StepComposition],
+    itl_p50: dict[int, float],
+    ttft_c1_ms: float,
+    start: Calibration,
+    h200_points: list[MeasuredPoint] | None = None,
+) -> Calibration:
     """Compute constants on the step table and TTFT at c1 (with how TP scales in
     the PyTorch data: a fixed per-layer cost does not shrink with TP, streamed weights do); then the
     host constants."""
@@ -214,8 +239,11 @@ def fit(compositions: list[StepComposition], itl_p50: dict[int, float], ttft_c1_
             if comp.fitted:
                 total += math.log(model.gpu_step_time(comp.work()).seconds * 1e3 / comp.median_ms) ** 2
         # One 1024-token prefill at concurrency 1, the serving loop's time around it included.
-        ttft = (model.gpu_step_time(prefill_work(PROMPT)).seconds + host0.host_us_per_step * 1e-6
-                + host0.api_us_per_prompt_token * PROMPT * 1e-6) * 1e3
+        ttft = (
+            model.gpu_step_time(prefill_work(PROMPT)).seconds
+            + host0.host_us_per_step * 1e-6
+            + host0.api_us_per_prompt_token * PROMPT * 1e-6
+        ) * 1e3
         total += 4.0 * math.log(ttft / ttft_c1_ms) ** 2  # the one unprofiled prefill, for the small ones
         if pairs:
             total += SCALING_WEIGHT * statistics.fmean(math.log(1.0 + scaling_error(pair, trial)) ** 2 for pair in pairs)
@@ -232,8 +260,10 @@ def fit(compositions: list[StepComposition], itl_p50: dict[int, float], ttft_c1_
     model = llama8b_h200_tp1(cal)
     xs, ys = [], []
     for conc, itl in sorted(itl_p50.items()):
-        gpu = model.gpu_step_time(StepWork(decode_seqs=conc, decode_context_tokens=conc * MEAN_DECODE_CONTEXT,
-                                           sampled_seqs=conc)).seconds * 1e3
+        gpu = (
+            model.gpu_step_time(StepWork(decode_seqs=conc, decode_context_tokens=conc * MEAN_DECODE_CONTEXT, sampled_seqs=conc)).seconds
+            * 1e3
+        )
         xs.append(conc)
         ys.append((itl - gpu) * 1e3)  # microseconds
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -247,9 +277,16 @@ def comparison_rows(compositions: list[StepComposition], cal: Calibration) -> li
     rows = []
     for comp in compositions:
         sim = model.gpu_step_time(comp.work()).seconds * 1e3
-        rows.append({"composition": comp.label + ("" if comp.fitted else " (profiler-bound, not fitted)"),
-                     "fitted": comp.fitted, "steps": comp.count, "real_ms": comp.median_ms, "sim_ms": sim,
-                     "error": sim / comp.median_ms - 1.0})
+        rows.append(
+            {
+                "composition": comp.label + ("" if comp.fitted else " (profiler-bound, not fitted)"),
+                "fitted": comp.fitted,
+                "steps": comp.count,
+                "real_ms": comp.median_ms,
+                "sim_ms": sim,
+                "error": sim / comp.median_ms - 1.0,
+            }
+        )
     return rows
 
 
@@ -271,25 +308,33 @@ def _rounded(obj: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data_dir", type=Path, help="the real vLLM captures (tests/data/vllm)")
-    parser.add_argument("--h200-dir", type=Path, default=None,
-                        help="the PyTorch + NCCL measurements for TP scaling (default: DATA_DIR/../h200)")
+    parser.add_argument(
+        "--h200-dir", type=Path, default=None, help="the PyTorch + NCCL measurements for TP scaling (default: DATA_DIR/../h200)"
+    )
     parser.add_argument("--write", action="store_true", help="refit and rewrite the shipped calibration file")
     args = parser.parse_args(argv)
     args.h200_dir = args.h200_dir or args.data_dir.parent / "h200"
     comps = load_compositions(args.data_dir)
     cal = load_calibration()
     if args.write:
-        cal = fit(comps, load_itl_p50_ms(args.data_dir), load_ttft_c1_ms(args.data_dir), cal,
-                  load_points(args.h200_dir))
+        cal = fit(comps, load_itl_p50_ms(args.data_dir), load_ttft_c1_ms(args.data_dir), cal, load_points(args.h200_dir))
         target = Path(str(resources.files("kneepoint.data").joinpath(CALIBRATION_FILE)))
         doc = json.loads(target.read_text())
         c, v = cal.compute, cal.serving
-        doc["compute"].update(_rounded({
-            "weightBandwidthEfficiency": c.weight_bandwidth_efficiency, "kvBandwidthEfficiency": c.kv_bandwidth_efficiency,
-            "computeEfficiency": c.compute_efficiency, "rooflineSharpness": c.roofline_sharpness,
-            "overheadUsPerLayer": c.overhead_us_per_layer}))
-        doc["serving"] = _rounded({"hostUsPerStep": v.host_us_per_step, "hostUsPerSeq": v.host_us_per_seq,
-                                   "apiUsPerPromptToken": v.api_us_per_prompt_token})
+        doc["compute"].update(
+            _rounded(
+                {
+                    "weightBandwidthEfficiency": c.weight_bandwidth_efficiency,
+                    "kvBandwidthEfficiency": c.kv_bandwidth_efficiency,
+                    "computeEfficiency": c.compute_efficiency,
+                    "rooflineSharpness": c.roofline_sharpness,
+                    "overheadUsPerLayer": c.overhead_us_per_layer,
+                }
+            )
+        )
+        doc["serving"] = _rounded(
+            {"hostUsPerStep": v.host_us_per_step, "hostUsPerSeq": v.host_us_per_seq, "apiUsPerPromptToken": v.api_us_per_prompt_token}
+        )
         target.write_text(json.dumps(doc, indent=2) + "\n")
         cal = calibration_from_json(doc)
     rows = comparison_rows(comps, cal)
@@ -298,18 +343,24 @@ def main(argv: list[str] | None = None) -> int:
     model = llama8b_h200_tp1(cal)
     print(f"\n{len(rows)} compositions; worst fitted error {worst['error']:+.1%} ({worst['composition']})")
     for conc, itl in sorted(load_itl_p50_ms(args.data_dir).items()):
-        st = model.step_time(StepWork(decode_seqs=conc, decode_context_tokens=conc * MEAN_DECODE_CONTEXT,
-                                      sampled_seqs=conc)).seconds * 1e3
+        st = model.step_time(StepWork(decode_seqs=conc, decode_context_tokens=conc * MEAN_DECODE_CONTEXT, sampled_seqs=conc)).seconds * 1e3
         print(f"decode step + host at {conc:>3} seqs: real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%})")
     errors = [scaling_error(pair, cal) for pair in tp_scaling_pairs(load_points(args.h200_dir))]
-    print(f"TP scaling vs the PyTorch data ({len(errors)} TP>1 points over their TP1 point): mean |error| "
-          f"{statistics.fmean(abs(e) for e in errors):.1%}, worst {max(errors, key=abs):+.1%}")
-    ttft = (model.gpu_step_time(prefill_work(PROMPT)).seconds + model.host_seconds(prefill_work(PROMPT))
-            + cal.serving.api_us_per_prompt_token * PROMPT * 1e-6) * 1e3
+    print(
+        f"TP scaling vs the PyTorch data ({len(errors)} TP>1 points over their TP1 point): mean |error| "
+        f"{statistics.fmean(abs(e) for e in errors):.1%}, worst {max(errors, key=abs):+.1%}"
+    )
+    ttft = (
+        model.gpu_step_time(prefill_work(PROMPT)).seconds
+        + model.host_seconds(prefill_work(PROMPT))
+        + cal.serving.api_us_per_prompt_token * PROMPT * 1e-6
+    ) * 1e3
     real = load_ttft_c1_ms(args.data_dir)
     errors = [scaling_error(pair, cal) for pair in tp_scaling_pairs(load_points(args.h200_dir))]
-    print(f"TP scaling vs the PyTorch data ({len(errors)} TP>1 points over their TP1 point): mean |error| "
-          f"{statistics.fmean(abs(e) for e in errors):.1%}, worst {max(errors, key=abs):+.1%}")
+    print(
+        f"TP scaling vs the PyTorch data ({len(errors)} TP>1 points over their TP1 point): mean |error| "
+        f"{statistics.fmean(abs(e) for e in errors):.1%}, worst {max(errors, key=abs):+.1%}"
+    )
     print(f"1024-token prefill + host at concurrency 1: real TTFT P50 {real:.2f} ms, simulated {ttft:.2f} ms ({ttft / real - 1:+.1%})")
     return 0
 

@@ -60,11 +60,29 @@ LOAD_SECONDS_CAP = 30.0
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 
 # --dtype and --quantization -> the estimator's weight precision.
-_DTYPES = {"auto": "bfloat16", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "half": "float16",
-           "fp16": "float16", "float32": "float32", "float": "float32"}
-_QUANTIZATION = {"fp8": "fp8", "fbgemm_fp8": "fp8", "modelopt": "fp8", "awq": "int4", "awq_marlin": "int4",
-                 "gptq": "int4", "gptq_marlin": "int4", "marlin": "int4", "bitsandbytes": "int4",
-                 "experts_int8": "int8", "int8": "int8"}
+_DTYPES = {
+    "auto": "bfloat16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "half": "float16",
+    "fp16": "float16",
+    "float32": "float32",
+    "float": "float32",
+}
+_QUANTIZATION = {
+    "fp8": "fp8",
+    "fbgemm_fp8": "fp8",
+    "modelopt": "fp8",
+    "awq": "int4",
+    "awq_marlin": "int4",
+    "gptq": "int4",
+    "gptq_marlin": "int4",
+    "marlin": "int4",
+    "bitsandbytes": "int4",
+    "experts_int8": "int8",
+    "int8": "int8",
+}
 _KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 
 
@@ -128,9 +146,13 @@ def resolve_architecture(text: str | None, model: str) -> ModelArchitecture:
     if preset is None:
         # A placeholder name (``--model m``) should still start, as a quick try-out does; the
         # calibrated case stands in, and the log says so and how to choose.
-        log.warning("model %r matches no preset: simulating %s; pass --architecture (or KNEEPOINT_SIM_ARCHITECTURE) "
-                    "as a preset (%s), a config.json path or inline JSON", model, DEFAULT_ARCHITECTURE,
-                    ", ".join(preset_names()))
+        log.warning(
+            "model %r matches no preset: simulating %s; pass --architecture (or KNEEPOINT_SIM_ARCHITECTURE) "
+            "as a preset (%s), a config.json path or inline JSON",
+            model,
+            DEFAULT_ARCHITECTURE,
+            ", ".join(preset_names()),
+        )
         preset = DEFAULT_ARCHITECTURE
     return get_preset(preset)
 
@@ -147,8 +169,10 @@ def default_max_num_seqs(gpu: GpuType) -> int:
 def _cuda_oom_line(gpu: GpuType, est: MemoryEstimate) -> str:
     total = gpu.memory_bytes
     free = max(0, total - est.context_bytes_per_gpu - est.nccl_bytes_per_gpu)
-    return (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {(est.weights_bytes_per_gpu - free) / GIB:.2f} GiB. "
-            f"GPU 0 has a total capacity of {total / GIB:.2f} GiB of which {free / GIB:.2f} GiB is free.")
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {(est.weights_bytes_per_gpu - free) / GIB:.2f} GiB. "
+        f"GPU 0 has a total capacity of {total / GIB:.2f} GiB of which {free / GIB:.2f} GiB is free."
+    )
 
 
 def available_kv_bytes(est: MemoryEstimate) -> int:
@@ -156,29 +180,37 @@ def available_kv_bytes(est: MemoryEstimate) -> int:
     return est.budget_bytes_per_gpu - est.weights_bytes_per_gpu - est.activation_bytes_per_gpu - est.overhead_bytes_per_gpu
 
 
-def check_fit(gpu: GpuType, arch: ModelArchitecture, tier: Tier, est: MemoryEstimate, requested_len: int | None,
-              figures: StartupFigures | None = None) -> None:
+def check_fit(
+    gpu: GpuType, arch: ModelArchitecture, tier: Tier, est: MemoryEstimate, requested_len: int | None, figures: StartupFigures | None = None
+) -> None:
     """Raise EngineRefusal where vLLM would refuse to start, with its root-cause line."""
     incompatible = tier_incompatibility(arch, tier, gpu, est.dtype)
     if incompatible:
         raise EngineRefusal("config", f"ValueError: {incompatible}", figures)
     if est.weights_bytes_per_gpu + est.context_bytes_per_gpu + est.nccl_bytes_per_gpu > gpu.memory_bytes:
-        raise EngineRefusal("weights", _cuda_oom_line(gpu, est), figures,
-                            f"{est.weights_bytes_per_gpu / GIB:.2f} GiB of weights per GPU exceed the GPU")
+        raise EngineRefusal(
+            "weights", _cuda_oom_line(gpu, est), figures, f"{est.weights_bytes_per_gpu / GIB:.2f} GiB of weights per GPU exceed the GPU"
+        )
     if est.kv_pool_bytes_per_gpu <= 0:
         raise EngineRefusal("kv_cache", NO_KV_MEMORY, figures, est.reason)
     if requested_len is not None and not est.fits:
         tokens = est.kv_pool_bytes_per_gpu // est.kv_bytes_per_token_per_gpu
-        raise EngineRefusal("kv_cache", (
-            f"ValueError: To serve at least one request with the models's max seq len ({requested_len}), "
-            f"({requested_len * est.kv_bytes_per_token_per_gpu / GIB:.2f} GiB KV cache is needed, which is larger than "
-            f"the available KV cache memory ({est.kv_pool_bytes_per_gpu / GIB:.2f} GiB). Based on the available memory, "
-            f"the estimated maximum model length is {tokens}. Try increasing `gpu_memory_utilization` or decreasing "
-            "`max_model_len` when initializing the engine."), figures)
+        raise EngineRefusal(
+            "kv_cache",
+            (
+                f"ValueError: To serve at least one request with the models's max seq len ({requested_len}), "
+                f"({requested_len * est.kv_bytes_per_token_per_gpu / GIB:.2f} GiB KV cache is needed, which is larger than "
+                f"the available KV cache memory ({est.kv_pool_bytes_per_gpu / GIB:.2f} GiB). Based on the available memory, "
+                f"the estimated maximum model length is {tokens}. Try increasing `gpu_memory_utilization` or decreasing "
+                "`max_model_len` when initializing the engine."
+            ),
+            figures,
+        )
 
 
-@click.command(cls=_VllmCommand, context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
-                                                    "help_option_names": ["-h", "--help"]})
+@click.command(
+    cls=_VllmCommand, context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["-h", "--help"]}
+)
 @click.option("--model", default=None, help="Model name or path, as vllm serve takes it (also the first positional argument).")
 @click.option("--served-model-name", multiple=True, help="Name(s) clients use; the first one labels the metrics.")
 @click.option("--tensor-parallel-size", "-tp", type=int, default=1, show_default=True)
@@ -194,32 +226,79 @@ def check_fit(gpu: GpuType, arch: ModelArchitecture, tier: Tier, est: MemoryEsti
 @click.option("--block-size", type=int, default=KV_BLOCK_TOKENS, show_default=True, help="KV-cache block size in tokens.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8000, show_default=True)
-@click.option("--gpu", envvar="KNEEPOINT_SIM_GPU", default="h200", show_default=True,
-              help="GPU catalogue name or GFD product label (NVIDIA-H200). Env KNEEPOINT_SIM_GPU.")
-@click.option("--interconnect", envvar="KNEEPOINT_SIM_INTERCONNECT", default=None,
-              help="nvlink or pcie (default: the GPU's usual link). Env KNEEPOINT_SIM_INTERCONNECT.")
-@click.option("--architecture", envvar="KNEEPOINT_SIM_ARCHITECTURE", default=None,
-              help="Preset name, path to config.json, or inline JSON. Default: the preset the model name matches.")
-@click.option("--noise", envvar="KNEEPOINT_SIM_NOISE", type=float, default=0.02, show_default=True,
-              help="Relative step-time noise (standard deviation). Env KNEEPOINT_SIM_NOISE.")
+@click.option(
+    "--gpu",
+    envvar="KNEEPOINT_SIM_GPU",
+    default="h200",
+    show_default=True,
+    help="GPU catalogue name or GFD product label (NVIDIA-H200). Env KNEEPOINT_SIM_GPU.",
+)
+@click.option(
+    "--interconnect",
+    envvar="KNEEPOINT_SIM_INTERCONNECT",
+    default=None,
+    help="nvlink or pcie (default: the GPU's usual link). Env KNEEPOINT_SIM_INTERCONNECT.",
+)
+@click.option(
+    "--architecture",
+    envvar="KNEEPOINT_SIM_ARCHITECTURE",
+    default=None,
+    help="Preset name, path to config.json, or inline JSON. Default: the preset the model name matches.",
+)
+@click.option(
+    "--noise",
+    envvar="KNEEPOINT_SIM_NOISE",
+    type=float,
+    default=0.02,
+    show_default=True,
+    help="Relative step-time noise (standard deviation). Env KNEEPOINT_SIM_NOISE.",
+)
 @click.option("--seed", envvar="KNEEPOINT_SIM_SEED", type=int, default=0, show_default=True)
-@click.option("--dcgm-port", envvar="KNEEPOINT_SIM_DCGM_PORT", type=int, default=9400, show_default=True,
-              help="DCGM-exporter-style metrics port; 0 turns it off.")
-@click.option("--model-load-seconds", envvar="KNEEPOINT_SIM_MODEL_LOAD_SECONDS", type=float, default=None,
-              help="Seconds /health answers 503 (default: weights per GPU / 2 GB/s, at most 30 s).")
+@click.option(
+    "--dcgm-port",
+    envvar="KNEEPOINT_SIM_DCGM_PORT",
+    type=int,
+    default=9400,
+    show_default=True,
+    help="DCGM-exporter-style metrics port; 0 turns it off.",
+)
+@click.option(
+    "--model-load-seconds",
+    envvar="KNEEPOINT_SIM_MODEL_LOAD_SECONDS",
+    type=float,
+    default=None,
+    help="Seconds /health answers 503 (default: weights per GPU / 2 GB/s, at most 30 s).",
+)
 @click.option("--truth-log", envvar="KNEEPOINT_SIM_TRUTH_LOG", default=None, help="Write one JSON line per finished request.")
-@click.option("--fail-fraction", envvar="KNEEPOINT_SIM_FAIL_FRACTION", type=float, default=0.0, show_default=True,
-              help="Fault injection: answer this share (0-1) of completion requests with HTTP 500. Env KNEEPOINT_SIM_FAIL_FRACTION.")
-@click.option("--inter-node-gbps", envvar="KNEEPOINT_SIM_INTER_NODE_GBPS", type=float, default=None,
-              help="Link between pipeline stages on different nodes, Gb/s (400 = 400 Gb/s RDMA; default: stages share a node).")
-@click.option("--profiler-config", envvar="KNEEPOINT_SIM_PROFILER_CONFIG", default=None, metavar="JSON",
-              help='As vLLM: \'{"profiler":"torch","torch_profiler_dir":"/abs/dir"}\' serves POST /start_profile and '
-                   '/stop_profile and writes one trace per rank (docs/trace.md).')
+@click.option(
+    "--fail-fraction",
+    envvar="KNEEPOINT_SIM_FAIL_FRACTION",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Fault injection: answer this share (0-1) of completion requests with HTTP 500. Env KNEEPOINT_SIM_FAIL_FRACTION.",
+)
+@click.option(
+    "--inter-node-gbps",
+    envvar="KNEEPOINT_SIM_INTER_NODE_GBPS",
+    type=float,
+    default=None,
+    help="Link between pipeline stages on different nodes, Gb/s (400 = 400 Gb/s RDMA; default: stages share a node).",
+)
+@click.option(
+    "--profiler-config",
+    envvar="KNEEPOINT_SIM_PROFILER_CONFIG",
+    default=None,
+    metavar="JSON",
+    help='As vLLM: \'{"profiler":"torch","torch_profiler_dir":"/abs/dir"}\' serves POST /start_profile and '
+    "/stop_profile and writes one trace per rank (docs/trace.md).",
+)
 @click.pass_context
 def command(ctx: click.Context, **opts: Any) -> None:
     """Serve a vLLM-compatible engine simulator (no GPU needed)."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(asctime)s [kneepoint.sim] %(message)s",
-                        datefmt="%m-%d %H:%M:%S")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(asctime)s [kneepoint.sim] %(message)s", datefmt="%m-%d %H:%M:%S"
+    )
     extra = list(ctx.args)
     model = opts["model"]
     if model is None and extra and not extra[0].startswith("-"):
@@ -294,11 +373,21 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
         fail("--max-num-batched-tokens", f"({max_batched}) must be >= --max-num-seqs ({max_num_seqs}), as vLLM requires")
     requested_len = parse_max_model_len(opts["max_model_len"]) if opts["max_model_len"] is not None else DEFAULT_MAX_MODEL_LEN
     tier = Tier(tp, pp)
-    est = estimate_memory(arch, gpu, tier, dtype=weight_dtype, kv_cache_dtype=kv_dtype,
-                          max_model_len=requested_len or block, concurrency=max_num_seqs,
-                          context_len=requested_len or block, gpu_memory_utilization=util,
-                          enforce_eager=opts["enforce_eager"], max_num_batched_tokens=max_batched,
-                          max_num_seqs=max_num_seqs, interconnect=interconnect)
+    est = estimate_memory(
+        arch,
+        gpu,
+        tier,
+        dtype=weight_dtype,
+        kv_cache_dtype=kv_dtype,
+        max_model_len=requested_len or block,
+        concurrency=max_num_seqs,
+        context_len=requested_len or block,
+        gpu_memory_utilization=util,
+        enforce_eager=opts["enforce_eager"],
+        max_num_batched_tokens=max_batched,
+        max_num_seqs=max_num_seqs,
+        interconnect=interconnect,
+    )
     load_seconds = opts["model_load_seconds"]
     if load_seconds is None:
         load_seconds = min(LOAD_SECONDS_CAP, est.weights_bytes_per_gpu / LOAD_BYTES_PER_SECOND)
@@ -308,11 +397,24 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
     pool_tokens = max(0, est.kv_pool_bytes_per_gpu) // est.kv_bytes_per_token_per_gpu
     num_blocks = int(pool_tokens // block)
     figures = StartupFigures(
-        model=model, served_model_name=names[0], tensor_parallel=tp, pipeline_parallel=pp, dtype=weight_dtype,
-        max_model_len=requested_len or num_blocks * block, max_num_batched_tokens=max_batched, max_num_seqs=max_num_seqs,
-        gpu_memory_utilization=util, weights_gib=est.weights_bytes_per_gpu / GIB, available_kv_gib=available_kv_bytes(est) / GIB,
-        kv_cache_tokens=num_blocks * block, graph_gib=est.cuda_graph_bytes_per_gpu / GIB, enforce_eager=opts["enforce_eager"],
-        load_seconds=load_seconds, host=opts["host"], port=opts["port"], version=VLLM_VERSION,
+        model=model,
+        served_model_name=names[0],
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        dtype=weight_dtype,
+        max_model_len=requested_len or num_blocks * block,
+        max_num_batched_tokens=max_batched,
+        max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=util,
+        weights_gib=est.weights_bytes_per_gpu / GIB,
+        available_kv_gib=available_kv_bytes(est) / GIB,
+        kv_cache_tokens=num_blocks * block,
+        graph_gib=est.cuda_graph_bytes_per_gpu / GIB,
+        enforce_eager=opts["enforce_eager"],
+        load_seconds=load_seconds,
+        host=opts["host"],
+        port=opts["port"],
+        version=VLLM_VERSION,
     )
     check_fit(gpu, arch, tier, est, requested_len, figures)
     if requested_len is None:  # auto: the largest length the pool holds
@@ -320,38 +422,87 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
         figures = replace(figures, max_model_len=requested_len)
     if num_blocks < 1 or num_blocks * block < requested_len:
         raise EngineRefusal("kv_cache", NO_KV_MEMORY, figures)
-    log.info("Model %s as %s: %d layers, %.2f B parameters; %s TP=%d PP=%d over %s", model, arch.name, arch.num_layers,
-             arch.num_parameters / 1e9, gpu.display_name, tp, pp, interconnect)
+    log.info(
+        "Model %s as %s: %d layers, %.2f B parameters; %s TP=%d PP=%d over %s",
+        model,
+        arch.name,
+        arch.num_layers,
+        arch.num_parameters / 1e9,
+        gpu.display_name,
+        tp,
+        pp,
+        interconnect,
+    )
     fp8 = weight_dtype == "fp8"
     hardware = Hardware.from_gpu(gpu, interconnect, fp8_compute=fp8, inter_node_gbps=opts["inter_node_gbps"])
-    deployment = Deployment(tensor_parallel=tp, pipeline_parallel=pp, weight_bytes_per_gpu=est.weights_bytes_per_gpu,
-                            kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
-                            activation_bytes=4 if weight_dtype == "float32" else 2, enforce_eager=opts["enforce_eager"])
+    deployment = Deployment(
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        weight_bytes_per_gpu=est.weights_bytes_per_gpu,
+        kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
+        activation_bytes=4 if weight_dtype == "float32" else 2,
+        enforce_eager=opts["enforce_eager"],
+    )
     perf = PerfModel(shape_from_architecture(arch), hardware, deployment, load_calibration())
     # vllm:cache_config_info's labels as vLLM 0.24 writes them (tests/data/vllm/8b-tp1-cache-config-info-mns128.txt).
     # Prefix caching is vLLM's default (on); the simulator serves no prompt twice from cache.
     pool = num_blocks * block
     cache_config = {
-        "_block_size_resolved": "True", "block_size": str(block), "cache_dtype": kv_dtype,
-        "calculate_kv_scales": "False", "enable_prefix_caching": "True", "gpu_memory_utilization": str(util),
-        "hash_block_size": "None", "is_attention_free": "False", "kv_cache_dtype_skip_layers": "[]",
-        "kv_cache_max_concurrency": str(pool / requested_len), "kv_cache_memory_bytes": "None",
-        "kv_cache_size_tokens": str(pool), "kv_offloading_backend": "native", "kv_offloading_size": "None",
-        "kv_sharing_fast_prefill": "False", "mamba_block_size": "None", "mamba_cache_dtype": "auto",
-        "mamba_cache_mode": "none", "mamba_page_size_padded": "None", "mamba_ssm_cache_dtype": "auto",
-        "num_cpu_blocks": "None", "num_gpu_blocks": str(num_blocks), "num_gpu_blocks_override": "None",
-        "prefix_caching_hash_algo": "sha256", "sliding_window": "None", "user_specified_block_size": "False",
+        "_block_size_resolved": "True",
+        "block_size": str(block),
+        "cache_dtype": kv_dtype,
+        "calculate_kv_scales": "False",
+        "enable_prefix_caching": "True",
+        "gpu_memory_utilization": str(util),
+        "hash_block_size": "None",
+        "is_attention_free": "False",
+        "kv_cache_dtype_skip_layers": "[]",
+        "kv_cache_max_concurrency": str(pool / requested_len),
+        "kv_cache_memory_bytes": "None",
+        "kv_cache_size_tokens": str(pool),
+        "kv_offloading_backend": "native",
+        "kv_offloading_size": "None",
+        "kv_sharing_fast_prefill": "False",
+        "mamba_block_size": "None",
+        "mamba_cache_dtype": "auto",
+        "mamba_cache_mode": "none",
+        "mamba_page_size_padded": "None",
+        "mamba_ssm_cache_dtype": "auto",
+        "num_cpu_blocks": "None",
+        "num_gpu_blocks": str(num_blocks),
+        "num_gpu_blocks_override": "None",
+        "prefix_caching_hash_algo": "sha256",
+        "sliding_window": "None",
+        "user_specified_block_size": "False",
         "user_specified_mamba_block_size": "False",
     }
     return SimulatorSettings(
-        model=model, served_model_names=names, host=opts["host"], port=opts["port"], dcgm_port=opts["dcgm_port"],
-        max_model_len=requested_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_batched,
-        num_gpu_blocks=num_blocks, block_size=block, gpus=tier.gpus, gpu=gpu, interconnect=interconnect,
-        memory_used_bytes_per_gpu=est.budget_bytes_per_gpu, weights_bytes_per_gpu=est.weights_bytes_per_gpu,
-        cache_config=cache_config, perf=perf, noise=opts["noise"], seed=opts["seed"], model_load_seconds=load_seconds,
-        truth_log=opts["truth_log"], hostname=os.environ.get("NODE_NAME") or socket.gethostname(),
-        pod=os.environ.get("POD_NAME") or None, namespace=os.environ.get("POD_NAMESPACE") or None,
-        container=os.environ.get("CONTAINER_NAME") or None, fail_fraction=opts["fail_fraction"],
+        model=model,
+        served_model_names=names,
+        host=opts["host"],
+        port=opts["port"],
+        dcgm_port=opts["dcgm_port"],
+        max_model_len=requested_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_batched,
+        num_gpu_blocks=num_blocks,
+        block_size=block,
+        gpus=tier.gpus,
+        gpu=gpu,
+        interconnect=interconnect,
+        memory_used_bytes_per_gpu=est.budget_bytes_per_gpu,
+        weights_bytes_per_gpu=est.weights_bytes_per_gpu,
+        cache_config=cache_config,
+        perf=perf,
+        noise=opts["noise"],
+        seed=opts["seed"],
+        model_load_seconds=load_seconds,
+        truth_log=opts["truth_log"],
+        hostname=os.environ.get("NODE_NAME") or socket.gethostname(),
+        pod=os.environ.get("POD_NAME") or None,
+        namespace=os.environ.get("POD_NAMESPACE") or None,
+        container=os.environ.get("CONTAINER_NAME") or None,
+        fail_fraction=opts["fail_fraction"],
         startup=figures,
         profiler=_profiler_config(opts.get("profiler_config")),
     )

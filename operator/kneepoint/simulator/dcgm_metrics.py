@@ -33,13 +33,27 @@ _FIELDS = (
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
-    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
-     "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second."),
-    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
-     "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second."),
+    (
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.",
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "gauge",
+        "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.",
+    ),
     ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes."),
-    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second."),
-    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "The rate of data received over NVLink, not including protocol headers, in bytes per second."),
+    (
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second.",
+    ),
+    (
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "gauge",
+        "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
+    ),
 )
 
 
@@ -74,8 +88,18 @@ def _escape(value: str) -> str:
 class DcgmMetrics:
     """Renders the exporter's text for the replica's GPUs from the engine's telemetry."""
 
-    def __init__(self, gpu: GpuType, gpus: int, *, interconnect: str, hostname: str, power: PowerCalibration,
-                 pod: str | None = None, namespace: str | None = None, container: str | None = None) -> None:
+    def __init__(
+        self,
+        gpu: GpuType,
+        gpus: int,
+        *,
+        interconnect: str,
+        hostname: str,
+        power: PowerCalibration,
+        pod: str | None = None,
+        namespace: str | None = None,
+        container: str | None = None,
+    ) -> None:
         self.gpu = gpu
         self.interconnect = interconnect
         self.power = power

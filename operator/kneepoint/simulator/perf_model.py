@@ -89,15 +89,15 @@ class Hardware:
     links are rated (400 = 400 Gb/s RDMA; node label kneepoint.io/inter-node-gbps). None: same node."""
 
     @classmethod
-    def from_gpu(cls, gpu: GpuType, interconnect: str, *, fp8_compute: bool = False,
-                 inter_node_gbps: float | None = None) -> "Hardware":
+    def from_gpu(cls, gpu: GpuType, interconnect: str, *, fp8_compute: bool = False, inter_node_gbps: float | None = None) -> Hardware:
         """Hardware for a catalogue GPU; ``interconnect`` is ``nvlink`` or ``pcie``."""
         if interconnect not in INTERCONNECTS:
             raise ValueError(f"interconnect must be one of {', '.join(INTERCONNECTS)}, not {interconnect!r}")
         link = gpu.link_bandwidth_gbps if interconnect == "nvlink" else gpu.pcie_bandwidth_gbps
         tflops = gpu.fp8_tflops if fp8_compute and gpu.fp8_tflops > 0 else gpu.bf16_tflops
-        return cls(hbm_gbps=gpu.hbm_bandwidth_gbps, peak_tflops=tflops, interconnect=interconnect,
-                   link_gbps=link, inter_node_gbps=inter_node_gbps)
+        return cls(
+            hbm_gbps=gpu.hbm_bandwidth_gbps, peak_tflops=tflops, interconnect=interconnect, link_gbps=link, inter_node_gbps=inter_node_gbps
+        )
 
 
 @dataclass(frozen=True)
@@ -147,8 +147,7 @@ def decode_work(batch: int, context_tokens: int) -> StepWork:
 def prefill_work(tokens: int, prior_tokens: int = 0) -> StepWork:
     """One sequence prefilling ``tokens`` prompt tokens after ``prior_tokens`` cached ones."""
     pairs = tokens * prior_tokens + tokens * (tokens + 1) / 2
-    return StepWork(prefill_tokens=tokens, prefill_attention_pairs=pairs, prefill_prior_tokens=prior_tokens,
-                    prefill_seqs=1, sampled_seqs=1)
+    return StepWork(prefill_tokens=tokens, prefill_attention_pairs=pairs, prefill_prior_tokens=prior_tokens, prefill_seqs=1, sampled_seqs=1)
 
 
 @dataclass(frozen=True)
@@ -254,9 +253,11 @@ class PerfModel:
 
     def _stage_compute(self, work: StepWork, micro: float) -> float:
         tokens = work.tokens * micro
-        flops = (self._linear_flops_per_token * tokens
-                 + self._lm_head_flops_per_token * work.sampled_seqs * micro
-                 + self._attn_flops_per_pair * work.prefill_attention_pairs * micro)
+        flops = (
+            self._linear_flops_per_token * tokens
+            + self._lm_head_flops_per_token * work.sampled_seqs * micro
+            + self._attn_flops_per_pair * work.prefill_attention_pairs * micro
+        )
         t_w = self._weights_read(math.ceil(tokens)) / self._weight_bw
         t_c = flops / self._flops
         k = self._k

@@ -42,11 +42,18 @@ from kneepoint.core.kineto_trace import KERNEL_CATEGORY, STEP_CATEGORY
 log = logging.getLogger("kneepoint.sim")
 
 PROFILERS = ("torch", "cuda")
-_INT_FIELDS = {"delay_iterations": 0, "max_iterations": 0, "warmup_iterations": 0, "active_iterations": 1,
-               "wait_iterations": 0}
-_BOOL_FIELDS = ("torch_profiler_with_stack", "torch_profiler_with_flops", "torch_profiler_use_gzip",
-                "torch_profiler_dump_cuda_time_total", "torch_profiler_record_shapes", "torch_profiler_with_memory",
-                "capture_torch_profiler", "detailed_trace_annotation", "ignore_frontend")
+_INT_FIELDS = {"delay_iterations": 0, "max_iterations": 0, "warmup_iterations": 0, "active_iterations": 1, "wait_iterations": 0}
+_BOOL_FIELDS = (
+    "torch_profiler_with_stack",
+    "torch_profiler_with_flops",
+    "torch_profiler_use_gzip",
+    "torch_profiler_dump_cuda_time_total",
+    "torch_profiler_record_shapes",
+    "torch_profiler_with_memory",
+    "capture_torch_profiler",
+    "detailed_trace_annotation",
+    "ignore_frontend",
+)
 _FIELDS = {"profiler", "torch_profiler_dir", *_INT_FIELDS, *_BOOL_FIELDS}
 
 RANK_SKEW = 0.03
@@ -104,9 +111,13 @@ def parse_profiler_config(text: str) -> ProfilerConfig:
     for name in _BOOL_FIELDS:
         if name in raw and not isinstance(raw[name], bool):
             raise ProfilerConfigError(f"--profiler-config.{name}: must be true or false; got {raw[name]!r}")
-    return ProfilerConfig(profiler=profiler, torch_profiler_dir=os.path.abspath(os.path.expanduser(directory)) if directory else "",
-                          use_gzip=raw.get("torch_profiler_use_gzip", True), delay_iterations=raw.get("delay_iterations", 0),
-                          max_iterations=raw.get("max_iterations", 0))
+    return ProfilerConfig(
+        profiler=profiler,
+        torch_profiler_dir=os.path.abspath(os.path.expanduser(directory)) if directory else "",
+        use_gzip=raw.get("torch_profiler_use_gzip", True),
+        delay_iterations=raw.get("delay_iterations", 0),
+        max_iterations=raw.get("max_iterations", 0),
+    )
 
 
 @dataclass(frozen=True)
@@ -131,15 +142,24 @@ def collective_kernel_name(tensor_parallel: int, interconnect: str) -> str:
     return CUSTOM_ALLREDUCE.format(ranks=tensor_parallel) if interconnect == "nvlink" else NCCL_ALLREDUCE
 
 
-def rank_documents(steps: list[ProfiledStep], tensor_parallel: int, pipeline_parallel: int, interconnect: str,
-                   gpu_name: str, gpu_memory_bytes: int, seed: int, base_time_ns: int) -> list[dict[str, Any]]:
+def rank_documents(
+    steps: list[ProfiledStep],
+    tensor_parallel: int,
+    pipeline_parallel: int,
+    interconnect: str,
+    gpu_name: str,
+    gpu_memory_bytes: int,
+    seed: int,
+    base_time_ns: int,
+) -> list[dict[str, Any]]:
     """One Kineto-shaped trace document per rank for the profiled steps."""
     world = tensor_parallel * pipeline_parallel
     rng = random.Random(seed)
     collective = collective_kernel_name(tensor_parallel, interconnect)
     docs = []
-    events: list[list[dict[str, Any]]] = [[{"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": f"GPU {r}"}}]
-                                          for r in range(world)]
+    events: list[list[dict[str, Any]]] = [
+        [{"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": f"GPU {r}"}}] for r in range(world)
+    ]
     for step in steps:
         compute = max(0.0, step.duration - step.comm_seconds)
         arrival = [rng.random() for _ in range(world)]
@@ -151,29 +171,51 @@ def rank_documents(steps: list[ProfiledStep], tensor_parallel: int, pipeline_par
             own_compute = (compute - wait) * 1e6
             own_collective = (step.comm_seconds + wait) * 1e6
             out = events[r]
-            out.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1000 + r, "tid": 1000 + r,
-                        "ts": round(start_us - 20.0, 3), "dur": round(dur_us, 3)})
-            out.append({"ph": "X", "cat": STEP_CATEGORY, "name": name, "pid": r, "tid": 7, "ts": round(start_us, 3),
-                        "dur": round(dur_us, 3)})
+            out.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": name,
+                    "pid": 1000 + r,
+                    "tid": 1000 + r,
+                    "ts": round(start_us - 20.0, 3),
+                    "dur": round(dur_us, 3),
+                }
+            )
+            out.append(
+                {"ph": "X", "cat": STEP_CATEGORY, "name": name, "pid": r, "tid": 7, "ts": round(start_us, 3), "dur": round(dur_us, 3)}
+            )
             t = start_us
             for _ in range(SEGMENTS_PER_STEP):
                 for kernel, length in ((COMPUTE_KERNEL, own_compute), (collective, own_collective if world > 1 else 0.0)):
                     piece = length / SEGMENTS_PER_STEP
                     if piece <= 0:
                         continue
-                    out.append({"ph": "X", "cat": KERNEL_CATEGORY, "name": kernel, "pid": r, "tid": 7, "ts": round(t, 3),
-                                "dur": round(piece, 3), "args": {"device": r, "stream": 7}})
+                    out.append(
+                        {
+                            "ph": "X",
+                            "cat": KERNEL_CATEGORY,
+                            "name": kernel,
+                            "pid": r,
+                            "tid": 7,
+                            "ts": round(t, 3),
+                            "dur": round(piece, 3),
+                            "args": {"device": r, "stream": 7},
+                        }
+                    )
                     t += piece
     for r in range(world):
-        docs.append({
-            "schemaVersion": 1,
-            "deviceProperties": [{"id": r, "name": gpu_name, "totalGlobalMem": gpu_memory_bytes}],
-            "distributedInfo": {"backend": "nccl", "rank": r, "world_size": world},
-            "displayTimeUnit": "ms",
-            "baseTimeNanoseconds": base_time_ns,
-            "traceEvents": events[r],
-            "traceName": "kneepoint sim",
-        })
+        docs.append(
+            {
+                "schemaVersion": 1,
+                "deviceProperties": [{"id": r, "name": gpu_name, "totalGlobalMem": gpu_memory_bytes}],
+                "distributedInfo": {"backend": "nccl", "rank": r, "world_size": world},
+                "displayTimeUnit": "ms",
+                "baseTimeNanoseconds": base_time_ns,
+                "traceEvents": events[r],
+                "traceName": "kneepoint sim",
+            }
+        )
     return docs
 
 
@@ -201,8 +243,17 @@ def write_traces(directory: str, docs: list[dict[str, Any]], tensor_parallel: in
 class SimProfiler:
     """The engine's profiler state: active or not, the steps recorded, the stall at stop."""
 
-    def __init__(self, config: ProfilerConfig, tensor_parallel: int, pipeline_parallel: int, layers: int,
-                 interconnect: str, gpu_name: str, gpu_memory_bytes: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        config: ProfilerConfig,
+        tensor_parallel: int,
+        pipeline_parallel: int,
+        layers: int,
+        interconnect: str,
+        gpu_name: str,
+        gpu_memory_bytes: int,
+        seed: int = 0,
+    ) -> None:
         self.config = config
         self.tp, self.pp = tensor_parallel, pipeline_parallel
         self.layers_per_stage = max(1, -(-layers // pipeline_parallel))
@@ -233,8 +284,9 @@ class SimProfiler:
         self._running = self.config.delay_iterations == 0
         log.info("Torch profiling enabled. Traces will be saved to: %s", self.config.torch_profiler_dir)
 
-    def record_step(self, start: float, duration: float, comm_seconds: float, context_seqs: int, context_tokens: int,
-                    generation_seqs: int) -> None:
+    def record_step(
+        self, start: float, duration: float, comm_seconds: float, context_seqs: int, context_tokens: int, generation_seqs: int
+    ) -> None:
         """Called by the engine loop after each step (vLLM's worker profiler.step())."""
         if not self._active:
             return
@@ -284,8 +336,16 @@ class SimProfiler:
         loop = asyncio.get_running_loop()
         began = loop.time()
         try:
-            docs = rank_documents(steps, self.tp, self.pp, self.interconnect, self.gpu_name, self.gpu_memory_bytes,
-                                  self._seed + len(self.written), self._wall_offset_ns)
+            docs = rank_documents(
+                steps,
+                self.tp,
+                self.pp,
+                self.interconnect,
+                self.gpu_name,
+                self.gpu_memory_bytes,
+                self._seed + len(self.written),
+                self._wall_offset_ns,
+            )
             if steps:
                 paths = await asyncio.to_thread(write_traces, self.config.torch_profiler_dir, docs, self.tp, self.config.use_gzip)
                 self.written.extend(paths)

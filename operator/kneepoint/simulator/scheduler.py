@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from kneepoint.simulator.perf_model import StepTime, StepWork
 
@@ -122,8 +122,15 @@ class StepOutcome:
 class Scheduler:
     """Continuous-batching engine core: queue, running batch, KV blocks, preemption."""
 
-    def __init__(self, config: SchedulerConfig, step_time: Callable[[StepWork], StepTime], *,
-                 clock: Callable[[], float], noise: float = 0.0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        step_time: Callable[[StepWork], StepTime],
+        *,
+        clock: Callable[[], float],
+        noise: float = 0.0,
+        seed: int = 0,
+    ) -> None:
         if noise < 0:
             raise ValueError(f"noise must be >= 0, got {noise}")
         self.config = config
@@ -250,8 +257,9 @@ class Scheduler:
         factor = 1.0
         if self._noise:
             factor = max(0.2, 1.0 + self._rng.gauss(0.0, self._noise))
-        return ScheduledStep(start=now, duration=st.seconds * factor, step_time=st, entries=tuple(entries),
-                             work=work, preempted=tuple(preempted))
+        return ScheduledStep(
+            start=now, duration=st.seconds * factor, step_time=st, entries=tuple(entries), work=work, preempted=tuple(preempted)
+        )
 
     @staticmethod
     def _work(entries: list[tuple[SimRequest, int]]) -> StepWork:
@@ -269,9 +277,15 @@ class Scheduler:
                 pairs += n * prior + n * (n + 1) / 2
             if req.num_computed + n == req.num_tokens:
                 sampled += 1
-        return StepWork(decode_seqs=decode_seqs, decode_context_tokens=decode_ctx, prefill_tokens=prefill_tokens,
-                        prefill_attention_pairs=pairs, prefill_prior_tokens=prefill_prior, prefill_seqs=prefill_seqs,
-                        sampled_seqs=sampled)
+        return StepWork(
+            decode_seqs=decode_seqs,
+            decode_context_tokens=decode_ctx,
+            prefill_tokens=prefill_tokens,
+            prefill_attention_pairs=pairs,
+            prefill_prior_tokens=prefill_prior,
+            prefill_seqs=prefill_seqs,
+            sampled_seqs=sampled,
+        )
 
     def complete(self, step: ScheduledStep, end: float) -> StepOutcome:
         """Apply a step that ended at ``end``: advance computed tokens, sample, finish requests."""

@@ -28,8 +28,8 @@ from kneepoint.simulator.dcgm_metrics import DcgmMetrics
 from kneepoint.simulator.perf_model import PerfModel
 from kneepoint.simulator.profiler import ProfilerConfig, SimProfiler
 from kneepoint.simulator.profiler import routes as profiler_routes
-from kneepoint.simulator.startup import StartupFigures, run_startup
 from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig, SimRequest, StepOutcome
+from kneepoint.simulator.startup import StartupFigures, run_startup
 from kneepoint.simulator.telemetry import Telemetry
 from kneepoint.simulator.tokens import (
     BOS_TOKENS,
@@ -129,20 +129,24 @@ class RequestHandle:
         """Pre-build the bytes around each token's text (one concatenation per token later)."""
         rid, model = json.dumps(self.request_id), json.dumps(self.model)
         if self.chat:
-            head = f'data: {{"id":{rid},"object":"chat.completion.chunk","created":{self.created},"model":{model},' \
-                   f'"choices":[{{"index":0,"delta":{{"content":"'
+            head = (
+                f'data: {{"id":{rid},"object":"chat.completion.chunk","created":{self.created},"model":{model},'
+                f'"choices":[{{"index":0,"delta":{{"content":"'
+            )
             tail = '"}},"logprobs":null,"finish_reason":{reason}}}]'
         else:
-            head = f'data: {{"id":{rid},"object":"text_completion","created":{self.created},"model":{model},' \
-                   f'"choices":[{{"index":0,"text":"'
+            head = f'data: {{"id":{rid},"object":"text_completion","created":{self.created},"model":{model},"choices":[{{"index":0,"text":"'
             tail = '","logprobs":null,"finish_reason":{reason},"stop_reason":null}}]'
         self._prefix = head.encode()
         self._suffix = (tail.format(reason="null") + "}\n\n").encode()
         self._last_suffix = (tail.format(reason=json.dumps(finish_reason)) + "}\n\n").encode()
 
     def usage(self) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.output_tokens,
-                "completion_tokens": self.output_tokens}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + self.output_tokens,
+            "completion_tokens": self.output_tokens,
+        }
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -156,13 +160,21 @@ class RequestHandle:
         if self.stream:
             if index == 0 and self.chat:
                 # vLLM sends the assistant role in its own chunk, with the first engine output.
-                role = {"id": self.request_id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                     "finish_reason": None}]}
+                role = {
+                    "id": self.request_id,
+                    "object": "chat.completion.chunk",
+                    "created": self.created,
+                    "model": self.model,
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+                }
                 self.pending.append(b"data: " + json.dumps(role, separators=(",", ":")).encode() + b"\n\n")
             if self.continuous_usage:
-                suffix = (self._last_suffix if last else self._suffix)[:-3] + b',"usage":' + \
-                    json.dumps(self.usage(), separators=(",", ":")).encode() + b"}\n\n"
+                suffix = (
+                    (self._last_suffix if last else self._suffix)[:-3]
+                    + b',"usage":'
+                    + json.dumps(self.usage(), separators=(",", ":")).encode()
+                    + b"}\n\n"
+                )
             else:
                 suffix = self._last_suffix if last else self._suffix
             self.pending.append(self._prefix + output_word(self.seed, index) + suffix)
@@ -171,8 +183,14 @@ class RequestHandle:
             if self.stream:
                 if self.include_usage:
                     obj = "chat.completion.chunk" if self.chat else "text_completion"
-                    usage = {"id": self.request_id, "object": obj, "created": self.created, "model": self.model,
-                             "choices": [], "usage": self.usage()}
+                    usage = {
+                        "id": self.request_id,
+                        "object": obj,
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": self.usage(),
+                    }
                     self.pending.append(b"data: " + json.dumps(usage, separators=(",", ":")).encode() + b"\n\n")
                 self.pending.append(b"data: [DONE]\n\n")
         self._wake()
@@ -203,13 +221,18 @@ class Engine:
         self._loop = loop
         self._intake_free_at = 0.0
         self._idle_arrival: float | None = None  # modelled arrival of the request that woke an idle engine
-        config = SchedulerConfig(max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
-                                 num_gpu_blocks=settings.num_gpu_blocks, max_model_len=settings.max_model_len,
-                                 block_size=settings.block_size)
+        config = SchedulerConfig(
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            num_gpu_blocks=settings.num_gpu_blocks,
+            max_model_len=settings.max_model_len,
+            block_size=settings.block_size,
+        )
         self.scheduler = Scheduler(config, settings.perf.step_time, clock=loop.time, noise=settings.noise, seed=settings.seed)
         self.telemetry = Telemetry()
-        self.metrics = VllmMetrics(settings.model_name, max_model_len=settings.max_model_len,
-                                   cache_config=settings.cache_config, gauges=self._gauges)
+        self.metrics = VllmMetrics(
+            settings.model_name, max_model_len=settings.max_model_len, cache_config=settings.cache_config, gauges=self._gauges
+        )
         self.handles: dict[str, RequestHandle] = {}
         self.started_at = loop.time()
         self.ready_at = self.started_at + settings.model_load_seconds
@@ -231,8 +254,11 @@ class Engine:
         return self._loop.time() >= self.ready_at
 
     def _gauges(self) -> dict[str, float]:
-        return {"running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
-                "kv_cache_usage": self.scheduler.kv_cache_usage}
+        return {
+            "running": self.scheduler.num_running,
+            "waiting": self.scheduler.num_waiting,
+            "kv_cache_usage": self.scheduler.kv_cache_usage,
+        }
 
     def memory_used_bytes(self) -> float:
         """Framebuffer held per GPU: weights arrive during the load, then the whole budget is taken."""
@@ -346,12 +372,14 @@ class Engine:
             outcome = self.scheduler.complete(step, end)
             st = step.step_time
             scale = step.duration / st.seconds if st.seconds > 0 else 1.0
-            self.telemetry.record(end, step.duration, st.comm_seconds * scale, st.link_bytes_per_gpu,
-                                  step.num_tokens, step.work.sampled_seqs)
+            self.telemetry.record(
+                end, step.duration, st.comm_seconds * scale, st.link_bytes_per_gpu, step.num_tokens, step.work.sampled_seqs
+            )
             if self.profiler is not None:
                 w = step.work
-                self.profiler.record_step(step.start, step.duration, st.comm_seconds * scale, w.prefill_seqs, w.prefill_tokens,
-                                          w.decode_seqs)
+                self.profiler.record_step(
+                    step.start, step.duration, st.comm_seconds * scale, w.prefill_seqs, w.prefill_tokens, w.decode_seqs
+                )
             finished = self._deliver(outcome)
             # Let the woken responses write their tokens before the next step is scheduled:
             # vLLM's API server streams outputs while the engine core computes the next
@@ -387,13 +415,21 @@ class Engine:
         assert first is not None and end is not None and sched is not None and self._truth is not None
         n = req.output_tokens
         record = {
-            "id": req.request_id, "arrival": round(req.arrival_time + w, 6), "firstScheduled": round(sched + w, 6),
-            "firstToken": round(first + w, 6), "finish": round(end + w, 6),
-            "queueSeconds": round(sched - req.arrival_time, 6), "ttftSeconds": round(first - req.arrival_time, 6),
+            "id": req.request_id,
+            "arrival": round(req.arrival_time + w, 6),
+            "firstScheduled": round(sched + w, 6),
+            "firstToken": round(first + w, 6),
+            "finish": round(end + w, 6),
+            "queueSeconds": round(sched - req.arrival_time, 6),
+            "ttftSeconds": round(first - req.arrival_time, 6),
             "e2eSeconds": round(end - req.arrival_time, 6),
             "tpotSeconds": round((end - first) / (n - 1), 6) if n > 1 else None,
-            "itlMaxSeconds": round(req.itl_max, 6), "promptTokens": req.prompt_tokens, "outputTokens": n,
-            "maxTokens": req.max_tokens, "preemptions": req.num_preemptions, "finishReason": req.finish_reason,
+            "itlMaxSeconds": round(req.itl_max, 6),
+            "promptTokens": req.prompt_tokens,
+            "outputTokens": n,
+            "maxTokens": req.max_tokens,
+            "preemptions": req.num_preemptions,
+            "finishReason": req.finish_reason,
         }
         # The HTTP side: when the handler started and when the first token's bytes went to the
         # connection. firstWrite - received is the TTFT at the server's socket, which a client
@@ -410,8 +446,16 @@ def _profiler(settings: SimulatorSettings) -> SimProfiler | None:
     if settings.profiler is None or settings.profiler.profiler is None:
         return None
     d = settings.perf.deployment
-    return SimProfiler(settings.profiler, d.tensor_parallel, d.pipeline_parallel, settings.perf.shape.num_layers,
-                       settings.interconnect, settings.gpu.display_name, int(settings.gpu.memory_bytes), settings.seed)
+    return SimProfiler(
+        settings.profiler,
+        d.tensor_parallel,
+        d.pipeline_parallel,
+        settings.perf.shape.num_layers,
+        settings.interconnect,
+        settings.gpu.display_name,
+        int(settings.gpu.memory_bytes),
+        settings.seed,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -463,21 +507,44 @@ class Api:
 
     async def metrics(self, request: web.Request) -> web.Response:
         body = self.engine.metrics.render()
-        lag = (f"# HELP kneepoint_sim_engine_lag_seconds_total Simulator only: time the engine loop fell behind "
-               f"the modelled step times (CPU-bound).\n# TYPE kneepoint_sim_engine_lag_seconds_total counter\n"
-               f'kneepoint_sim_engine_lag_seconds_total{{engine="0",model_name={json.dumps(self.settings.model_name)}}} '
-               f"{self.engine.lag_seconds_total}\n").encode()
+        lag = (
+            f"# HELP kneepoint_sim_engine_lag_seconds_total Simulator only: time the engine loop fell behind "
+            f"the modelled step times (CPU-bound).\n# TYPE kneepoint_sim_engine_lag_seconds_total counter\n"
+            f'kneepoint_sim_engine_lag_seconds_total{{engine="0",model_name={json.dumps(self.settings.model_name)}}} '
+            f"{self.engine.lag_seconds_total}\n"
+        ).encode()
         return web.Response(body=body + lag, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def models(self, request: web.Request) -> web.Response:
         created = int(time.time())
-        data = [{"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": self.settings.model,
-                 "parent": None, "max_model_len": self.settings.max_model_len,
-                 "permission": [{"id": f"modelperm-{i}", "object": "model_permission", "created": created,
-                                 "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-                                 "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
-                                 "organization": "*", "group": None, "is_blocking": False}]}
-                for i, name in enumerate(self.settings.served_model_names)]
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": self.settings.model,
+                "parent": None,
+                "max_model_len": self.settings.max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{i}",
+                        "object": "model_permission",
+                        "created": created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+            for i, name in enumerate(self.settings.served_model_names)
+        ]
         return web.json_response({"object": "list", "data": data})
 
     async def tokenize(self, request: web.Request) -> web.Response:
@@ -503,8 +570,7 @@ class Api:
                     count -= BOS_TOKENS
         except PromptError as exc:
             return _error(400, str(exc), param="messages" if "messages" in body else "prompt")
-        return web.json_response({"count": count, "max_model_len": s.max_model_len,
-                                  "tokens": token_ids(source, count), "token_strs": None})
+        return web.json_response({"count": count, "max_model_len": s.max_model_len, "tokens": token_ids(source, count), "token_strs": None})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
@@ -536,24 +602,34 @@ class Api:
         else:
             limit = body.get("max_tokens", 16)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            return {}, _error(400, _validation(f"max_tokens must be at least 1, got {limit}.", "max_tokens", limit),
-                              param="max_tokens")
+            return {}, _error(400, _validation(f"max_tokens must be at least 1, got {limit}.", "max_tokens", limit), param="max_tokens")
         problem = self._context_error(prompt, limit, chat)
         if problem is not None:
             return {}, problem
-        return {"stream": stream, "prompt": prompt, "limit": limit,
-                "include_usage": bool(options.get("include_usage", False)),
-                "continuous_usage": bool(options.get("include_usage", False) and options.get("continuous_usage_stats", False)),
-                "model": model or s.model_name}, None
+        return {
+            "stream": stream,
+            "prompt": prompt,
+            "limit": limit,
+            "include_usage": bool(options.get("include_usage", False)),
+            "continuous_usage": bool(options.get("include_usage", False) and options.get("continuous_usage_stats", False)),
+            "model": model or s.model_name,
+        }, None
 
     def _context_error(self, prompt: int, limit: int | None, chat: bool) -> web.Response | None:
         """vLLM 0.24's answer when prompt + max_tokens exceed max_model_len: a 400, never a shortened
         reply (measured: 4,000 prompt tokens + 256 asked at max_model_len 4096 is refused)."""
         length = self.settings.max_model_len
         if limit is not None and limit > length:
-            return _error(400, _validation(f"max_tokens={limit} cannot be greater than max_model_len=max_total_tokens="
-                                           f"{length}. Please request fewer output tokens.", "max_tokens", limit),
-                          param="max_tokens")
+            return _error(
+                400,
+                _validation(
+                    f"max_tokens={limit} cannot be greater than max_model_len=max_total_tokens="
+                    f"{length}. Please request fewer output tokens.",
+                    "max_tokens",
+                    limit,
+                ),
+                param="max_tokens",
+            )
         asked = limit if limit is not None else (0 if chat else 16)
         if prompt + max(asked, 1) <= length:
             return None
@@ -563,11 +639,17 @@ class Api:
             contains, total = f"at least {seen}", f"at least {seen + asked}"
         else:
             seen, contains, total = prompt, str(prompt), str(prompt + asked)
-        return _error(400, _validation(
-            f"This model's maximum context length is {length} tokens. However, you requested {asked} output tokens "
-            f"and your prompt contains {contains} input tokens, for a total of {total} tokens. Please reduce the "
-            f"length of the input prompt or the number of requested output tokens.", "input_tokens", seen),
-            param="input_tokens")
+        return _error(
+            400,
+            _validation(
+                f"This model's maximum context length is {length} tokens. However, you requested {asked} output tokens "
+                f"and your prompt contains {contains} input tokens, for a total of {total} tokens. Please reduce the "
+                f"length of the input prompt or the number of requested output tokens.",
+                "input_tokens",
+                seen,
+            ),
+            param="input_tokens",
+        )
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         engine = self.engine
@@ -591,10 +673,19 @@ class Api:
             finish_reason = "stop"
         else:
             max_tokens, finish_reason = limit, "length"
-        handle = RequestHandle(request_id=request_id, seed=seed, chat=chat, stream=parsed["stream"],
-                               prompt_tokens=parsed["prompt"], max_tokens=max_tokens, created=int(time.time()),
-                               model=parsed["model"], include_usage=parsed["include_usage"],
-                               continuous_usage=parsed["continuous_usage"], received_at=received)
+        handle = RequestHandle(
+            request_id=request_id,
+            seed=seed,
+            chat=chat,
+            stream=parsed["stream"],
+            prompt_tokens=parsed["prompt"],
+            max_tokens=max_tokens,
+            created=int(time.time()),
+            model=parsed["model"],
+            include_usage=parsed["include_usage"],
+            continuous_usage=parsed["continuous_usage"],
+            received_at=received,
+        )
         if not handle.stream:
             return await self._respond_whole(request, handle, finish_reason)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
@@ -633,15 +724,36 @@ class Api:
         text = output_text(handle.seed, handle.output_tokens)
         common = {"id": handle.request_id, "created": handle.created, "model": handle.model}
         if handle.chat:
-            body = {**common, "object": "chat.completion",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
-                                 "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}],
-                    "usage": handle.usage()}
+            body = {
+                **common,
+                "object": "chat.completion",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text, "tool_calls": []},
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                        "stop_reason": None,
+                    }
+                ],
+                "usage": handle.usage(),
+            }
         else:
-            body = {**common, "object": "text_completion",
-                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
-                                 "stop_reason": None, "prompt_logprobs": None}],
-                    "usage": handle.usage()}
+            body = {
+                **common,
+                "object": "text_completion",
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                        "stop_reason": None,
+                        "prompt_logprobs": None,
+                    }
+                ],
+                "usage": handle.usage(),
+            }
         return web.json_response(body)
 
 
@@ -651,15 +763,25 @@ class DcgmEndpoint:
     def __init__(self, engine: Engine) -> None:
         s = engine.settings
         self.engine = engine
-        self.render = DcgmMetrics(s.gpu, s.gpus, interconnect=s.interconnect, hostname=s.hostname,
-                                  power=s.perf.calibration.power, pod=s.pod, namespace=s.namespace,
-                                  container=s.container).render
+        self.render = DcgmMetrics(
+            s.gpu,
+            s.gpus,
+            interconnect=s.interconnect,
+            hostname=s.hostname,
+            power=s.perf.calibration.power,
+            pod=s.pod,
+            namespace=s.namespace,
+            container=s.container,
+        ).render
 
     async def metrics(self, request: web.Request) -> web.Response:
         engine = self.engine
         now = asyncio.get_running_loop().time()
-        body = self.render(used_bytes_per_gpu=engine.memory_used_bytes(), rates=engine.telemetry.rates(now),
-                           link_bytes_total=engine.telemetry.link_bytes_total)
+        body = self.render(
+            used_bytes_per_gpu=engine.memory_used_bytes(),
+            rates=engine.telemetry.rates(now),
+            link_bytes_total=engine.telemetry.link_bytes_total,
+        )
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
@@ -715,7 +837,7 @@ async def serve_forever(settings: SimulatorSettings) -> None:
     else:
         try:
             await asyncio.wait_for(done.wait(), settings.model_load_seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         loaded = not done.is_set()
     if loaded:

@@ -27,9 +27,10 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Iterable, TextIO
+from typing import TextIO
 
 # Where each phase ends, as a share of the start (8b-tp1-serve.log: seconds after the first line / 89 s).
 PHASE_ENDS = {
@@ -54,12 +55,16 @@ NO_KV_MEMORY = (
     "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
 )
 ENGINE_INIT_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
-WORKER_INIT_FAILED = ("Exception: WorkerProc initialization failed due to an exception in a background process. "
-                      "See stack trace for root cause.")
+WORKER_INIT_FAILED = (
+    "Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace for root cause."
+)
 
 # Traceback frames as vLLM 0.24.0 prints them (70b-tp1-does-not-fit.log), pairs of (frame, code line).
 _KV_FRAMES: tuple[tuple[str, str], ...] = (
-    ('File "site-packages/vllm/v1/engine/core.py", line 1200, in run_engine_core', "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)"),
+    (
+        'File "site-packages/vllm/v1/engine/core.py", line 1200, in run_engine_core',
+        "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)",
+    ),
     ('File "site-packages/vllm/v1/engine/core.py", line 966, in __init__', "super().__init__("),
     ('File "site-packages/vllm/v1/engine/core.py", line 133, in __init__', "kv_cache_config = self._initialize_kv_caches(vllm_config)"),
     ('File "site-packages/vllm/v1/engine/core.py", line 294, in _initialize_kv_caches', "kv_cache_configs = get_kv_cache_configs("),
@@ -68,16 +73,28 @@ _KV_FRAMES: tuple[tuple[str, str], ...] = (
 )
 # While loading weights (no capture of this one: the shape of vLLM's model-runner frames).
 _LOAD_FRAMES: tuple[tuple[str, str], ...] = (
-    ('File "site-packages/vllm/v1/engine/core.py", line 1200, in run_engine_core', "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)"),
+    (
+        'File "site-packages/vllm/v1/engine/core.py", line 1200, in run_engine_core',
+        "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)",
+    ),
     ('File "site-packages/vllm/v1/engine/core.py", line 966, in __init__', "super().__init__("),
     ('File "site-packages/vllm/v1/engine/core.py", line 118, in __init__', "self.model_executor = executor_class(vllm_config)"),
-    ('File "site-packages/vllm/v1/worker/gpu_worker.py", line 280, in load_model', "self.model_runner.load_model(eep_scale_up=eep_scale_up)"),
+    (
+        'File "site-packages/vllm/v1/worker/gpu_worker.py", line 280, in load_model',
+        "self.model_runner.load_model(eep_scale_up=eep_scale_up)",
+    ),
     ('File "site-packages/vllm/v1/worker/model_runner.py", line 290, in load_model', "self.model = model_loader.load_model("),
 )
 _WORKER_FRAMES: tuple[tuple[str, str], ...] = (
-    ('File "site-packages/vllm/v1/engine/core.py", line 1200, in run_engine_core', "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)"),
+    (
+        'File "site-packages/vllm/v1/engine/core.py", line 1200, in run_engine_core',
+        "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)",
+    ),
     ('File "site-packages/vllm/v1/engine/core.py", line 118, in __init__', "self.model_executor = executor_class(vllm_config)"),
-    ('File "site-packages/vllm/v1/executor/multiproc_executor.py", line 172, in _init_executor', "self.workers = WorkerProc.wait_for_ready(unready_workers)"),
+    (
+        'File "site-packages/vllm/v1/executor/multiproc_executor.py", line 172, in _init_executor',
+        "self.workers = WorkerProc.wait_for_ready(unready_workers)",
+    ),
     ('File "site-packages/vllm/v1/executor/multiproc_executor.py", line 690, in wait_for_ready', "raise e from None"),
 )
 _PROCESS_FRAMES = (
@@ -96,14 +113,26 @@ _API_FRAMES = (
     ('File "python3.12/asyncio/runners.py", line 118, in run', "return self._loop.run_until_complete(task)"),
     ('File "uvloop/loop.pyx", line 1515, in uvloop.loop.Loop.run_until_complete', None),
     ('File "site-packages/uvloop/__init__.py", line 48, in wrapper', "return await main"),
-    ('File "site-packages/vllm/entrypoints/openai/api_server.py", line 663, in run_server', "await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)"),
+    (
+        'File "site-packages/vllm/entrypoints/openai/api_server.py", line 663, in run_server',
+        "await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)",
+    ),
     ('File "site-packages/vllm/entrypoints/openai/api_server.py", line 677, in run_server_worker', "async with build_async_engine_client("),
     ('File "python3.12/contextlib.py", line 210, in __aenter__', "return await anext(self.gen)"),
-    ('File "site-packages/vllm/entrypoints/openai/api_server.py", line 99, in build_async_engine_client', "async with build_async_engine_client_from_engine_args("),
+    (
+        'File "site-packages/vllm/entrypoints/openai/api_server.py", line 99, in build_async_engine_client',
+        "async with build_async_engine_client_from_engine_args(",
+    ),
     ('File "python3.12/contextlib.py", line 210, in __aenter__', "return await anext(self.gen)"),
-    ('File "site-packages/vllm/entrypoints/openai/api_server.py", line 135, in build_async_engine_client_from_engine_args', "async_llm = AsyncLLM.from_vllm_config("),
+    (
+        'File "site-packages/vllm/entrypoints/openai/api_server.py", line 135, in build_async_engine_client_from_engine_args',
+        "async_llm = AsyncLLM.from_vllm_config(",
+    ),
     ('File "site-packages/vllm/v1/engine/async_llm.py", line 217, in from_vllm_config', "return cls("),
-    ('File "site-packages/vllm/v1/engine/async_llm.py", line 146, in __init__', "self.engine_core = EngineCoreClient.make_async_mp_client("),
+    (
+        'File "site-packages/vllm/v1/engine/async_llm.py", line 146, in __init__',
+        "self.engine_core = EngineCoreClient.make_async_mp_client(",
+    ),
     ('File "site-packages/vllm/tracing/otel.py", line 178, in sync_wrapper', "return func(*args, **kwargs)"),
     ('File "site-packages/vllm/v1/engine/core_client.py", line 132, in make_async_mp_client', "return AsyncMPClient(*client_args)"),
     ('File "site-packages/vllm/tracing/otel.py", line 178, in sync_wrapper', "return func(*args, **kwargs)"),
@@ -115,7 +144,10 @@ _API_FRAMES = (
 )
 # Config errors are raised in the API server itself, before any engine process.
 _CONFIG_FRAMES = _API_FRAMES[:5] + (
-    ('File "site-packages/vllm/entrypoints/openai/api_server.py", line 99, in build_async_engine_client', "async with build_async_engine_client_from_engine_args("),
+    (
+        'File "site-packages/vllm/entrypoints/openai/api_server.py", line 99, in build_async_engine_client',
+        "async with build_async_engine_client_from_engine_args(",
+    ),
     ('File "site-packages/vllm/engine/arg_utils.py", line 1688, in create_engine_config', "parallel_config = ParallelConfig("),
 )
 
@@ -186,24 +218,43 @@ def startup_lines(f: StartupFigures, until: str = "ready") -> list[Line]:
         return (at[b] - at[a]) * t
 
     lines = [
-        Line(0.0, API, "INFO", "api_utils.py:273", f"non-default args: {{'model': {f.model!r}, 'tensor_parallel_size': {f.tensor_parallel}, "
-             f"'pipeline_parallel_size': {f.pipeline_parallel}, 'max_model_len': {f.max_model_len}, 'served_model_name': "
-             f"[{f.served_model_name!r}], 'gpu_memory_utilization': {f.gpu_memory_utilization}, 'max_num_seqs': {f.max_num_seqs}}}"),
+        Line(
+            0.0,
+            API,
+            "INFO",
+            "api_utils.py:273",
+            f"non-default args: {{'model': {f.model!r}, 'tensor_parallel_size': {f.tensor_parallel}, "
+            f"'pipeline_parallel_size': {f.pipeline_parallel}, 'max_model_len': {f.max_model_len}, 'served_model_name': "
+            f"[{f.served_model_name!r}], 'gpu_memory_utilization': {f.gpu_memory_utilization}, 'max_num_seqs': {f.max_num_seqs}}}",
+        ),
         Line(0.0, API, "INFO", "model.py:1725", f"Using max model len {f.max_model_len}"),
         Line(0.0, API, "INFO", "scheduler.py:252", f"Chunked prefill is enabled with max_num_batched_tokens={f.max_num_batched_tokens}."),
     ]
     if until == "config":
         return lines
     lines += [
-        Line(at["engine"], CORE, "INFO", "core.py:114", f"Initializing a V1 LLM engine (v{f.version}) with config: model={f.model!r}, "
-             f"dtype=torch.{f.dtype}, max_seq_len={f.max_model_len}, tensor_parallel_size={f.tensor_parallel}, "
-             f"pipeline_parallel_size={f.pipeline_parallel}, enforce_eager={f.enforce_eager} (kneepoint sim)"),
+        Line(
+            at["engine"],
+            CORE,
+            "INFO",
+            "core.py:114",
+            f"Initializing a V1 LLM engine (v{f.version}) with config: model={f.model!r}, "
+            f"dtype=torch.{f.dtype}, max_seq_len={f.max_model_len}, tensor_parallel_size={f.tensor_parallel}, "
+            f"pipeline_parallel_size={f.pipeline_parallel}, enforce_eager={f.enforce_eager} (kneepoint sim)",
+        ),
         Line(at["load_begin"], CORE, "INFO", "model_runner.py:281", "Loading model from scratch..."),
     ]
     if until == "weights":
         return lines
-    lines.append(Line(at["weights"], CORE, "INFO", "model_runner.py:302",
-                      f"Model loading took {_gib(f.weights_gib)} GiB and {secs('load_begin', 'weights'):.6f} seconds"))
+    lines.append(
+        Line(
+            at["weights"],
+            CORE,
+            "INFO",
+            "model_runner.py:302",
+            f"Model loading took {_gib(f.weights_gib)} GiB and {secs('load_begin', 'weights'):.6f} seconds",
+        )
+    )
     compile_s = 0.0 if f.enforce_eager else secs("weights", "compile")
     if not f.enforce_eager:
         lines += [
@@ -218,15 +269,32 @@ def startup_lines(f: StartupFigures, until: str = "ready") -> list[Line]:
         return lines
     lines += [
         Line(at["kv_cache"], CORE, "INFO", "kv_cache_utils.py:2146", f"GPU KV cache size: {f.kv_cache_tokens:,} tokens"),
-        Line(at["kv_cache"], CORE, "INFO", "kv_cache_utils.py:2147", f"Maximum concurrency for {f.max_model_len:,} tokens per request: "
-             f"{f.kv_cache_tokens / max(1, f.max_model_len):.2f}x"),
+        Line(
+            at["kv_cache"],
+            CORE,
+            "INFO",
+            "kv_cache_utils.py:2147",
+            f"Maximum concurrency for {f.max_model_len:,} tokens per request: {f.kv_cache_tokens / max(1, f.max_model_len):.2f}x",
+        ),
     ]
     if not f.enforce_eager:
-        lines.append(Line(at["graphs"], CORE, "INFO", "model_runner.py:726",
-                          f"Graph capturing finished in {secs('kv_cache', 'graphs'):.0f} secs, took {f.graph_gib:.2f} GiB"))
+        lines.append(
+            Line(
+                at["graphs"],
+                CORE,
+                "INFO",
+                "model_runner.py:726",
+                f"Graph capturing finished in {secs('kv_cache', 'graphs'):.0f} secs, took {f.graph_gib:.2f} GiB",
+            )
+        )
     lines += [
-        Line(at["init"], CORE, "INFO", "core.py:337", f"init engine (profile, create kv cache, warmup model) took "
-             f"{secs('weights', 'init'):.2f} s (compilation: {compile_s:.2f} s)"),
+        Line(
+            at["init"],
+            CORE,
+            "INFO",
+            "core.py:337",
+            f"init engine (profile, create kv cache, warmup model) took {secs('weights', 'init'):.2f} s (compilation: {compile_s:.2f} s)",
+        ),
         Line(at["ready"], API, "INFO", "api_server.py:581", f"Starting vLLM server on http://{f.host}:{f.port}"),
         Line(at["ready"], API, None, None, f"INFO:     Started server process [{os.getpid()}]"),
         Line(at["ready"], API, None, None, "INFO:     Waiting for application startup."),
@@ -235,8 +303,9 @@ def startup_lines(f: StartupFigures, until: str = "ready") -> list[Line]:
     return lines
 
 
-def _traceback(at: float, proc: str, level: str | None, source: str | None, frames: Iterable[tuple[str, str | None]],
-               exception: str) -> list[Line]:
+def _traceback(
+    at: float, proc: str, level: str | None, source: str | None, frames: Iterable[tuple[str, str | None]], exception: str
+) -> list[Line]:
     out = [Line(at, proc, level, source, "Traceback (most recent call last):")]
     for frame, code in frames:
         out.append(Line(at, proc, level, source, f"  {frame}"))
@@ -310,7 +379,7 @@ async def run_startup(figures: StartupFigures, stop: asyncio.Event, out: TextIO 
         if wait > 0:
             try:
                 await asyncio.wait_for(stop.wait(), wait)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         if stop.is_set():
             return False

@@ -53,8 +53,11 @@ class Telemetry:
 
     def record(self, end: float, duration: float, comm_seconds: float, link_bytes: float, tokens: int, sampled: int) -> None:
         """Account one step that ran for ``duration`` seconds until ``end``."""
-        self._steps.append(StepRecord(end, duration, comm_seconds, link_bytes, tokens * HOST_TO_DEVICE_BYTES_PER_TOKEN,
-                                      sampled * DEVICE_TO_HOST_BYTES_PER_SAMPLE))
+        self._steps.append(
+            StepRecord(
+                end, duration, comm_seconds, link_bytes, tokens * HOST_TO_DEVICE_BYTES_PER_TOKEN, sampled * DEVICE_TO_HOST_BYTES_PER_SAMPLE
+            )
+        )
         self.link_bytes_total += 2 * link_bytes
         self.busy_seconds_total += duration
         self._trim(end)

@@ -179,8 +179,9 @@ def t_quantile(p: float, df: int) -> float:
     """Student-t quantile by the Cornish-Fisher expansion around the normal one (error < 1e-3 for df >= 5)."""
     z = NormalDist().inv_cdf(p)
     v = float(df)
-    return (z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
-            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3))
+    return (
+        z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2) + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+    )
 
 
 def _binom_log_pmf(n: int, k: int, p: float) -> float:
@@ -206,7 +207,7 @@ def quantile_ranks(n: int, q: float, confidence: float) -> tuple[int, int] | Non
         tail += pmf[k]
     # Lower rank: largest l with P(B <= l - 1) <= alpha.
     head, lower = 0.0, None
-    for k in range(0, n + 1):
+    for k in range(n + 1):
         if head + pmf[k] > alpha:
             lower = k
             break
@@ -294,11 +295,14 @@ class _VirtualRun:
         self.settings = settings
         self.workload = workload
         self.now = 0.0
-        config = SchedulerConfig(max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
-                                 num_gpu_blocks=settings.num_gpu_blocks, max_model_len=settings.max_model_len,
-                                 block_size=settings.block_size)
-        self.scheduler = Scheduler(config, settings.perf.step_time, clock=lambda: self.now, noise=settings.noise,
-                                   seed=settings.seed)
+        config = SchedulerConfig(
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            num_gpu_blocks=settings.num_gpu_blocks,
+            max_model_len=settings.max_model_len,
+            block_size=settings.block_size,
+        )
+        self.scheduler = Scheduler(config, settings.perf.step_time, clock=lambda: self.now, noise=settings.noise, seed=settings.seed)
         self.steps: list[_Step] = []
         self.sent = 0
 
@@ -329,9 +333,17 @@ class _VirtualRun:
                 if prompt >= limit or prompt + w.output_len > limit:
                     # The server answers 400 at once; the slot sends its next request.
                     start = self.now
-                    phase.records.append(RequestRecord(index=index, start=start, input_tokens_asked=w.input_len,
-                                                       output_tokens_asked=w.output_len, error=HTTP_4XX,
-                                                       message=f"400: maximum context length is {limit} tokens", end=start))
+                    phase.records.append(
+                        RequestRecord(
+                            index=index,
+                            start=start,
+                            input_tokens_asked=w.input_len,
+                            output_tokens_asked=w.output_len,
+                            error=HTTP_4XX,
+                            message=f"400: maximum context length is {limit} tokens",
+                            end=start,
+                        )
+                    )
                     continue
                 rid = f"{phase.name}-{index}"
                 sched.add_request(rid, prompt, w.output_len)
@@ -364,10 +376,18 @@ class _VirtualRun:
         index, start = meta
         w = self.workload
         first, last = token_times[0], token_times[-1]
-        return RequestRecord(index=index, start=start, input_tokens_asked=w.input_len, output_tokens_asked=w.output_len,
-                             ttft=first - start, latency=last - start,
-                             itl=[b - a for a, b in zip(token_times, token_times[1:])],
-                             input_tokens=req.prompt_tokens, output_tokens=req.output_tokens, end=last)
+        return RequestRecord(
+            index=index,
+            start=start,
+            input_tokens_asked=w.input_len,
+            output_tokens_asked=w.output_len,
+            ttft=first - start,
+            latency=last - start,
+            itl=[b - a for a, b in zip(token_times, token_times[1:])],
+            input_tokens=req.prompt_tokens,
+            output_tokens=req.output_tokens,
+            end=last,
+        )
 
     def window(self, start: float, end: float) -> tuple[float, float, float, int]:
         """(peak KV usage, comm fraction, busy share, preemptions) of the steps ending in [start, end]."""
@@ -384,8 +404,9 @@ class _VirtualRun:
         return peak, (comm / busy if busy > 0 else 0.0), min(1.0, busy / span), preempted
 
 
-def _adaptive_check(rule: AdaptiveStop, run: _VirtualRun, phase_start: float, records: Sequence[RequestRecord],
-                    min_requests: int) -> tuple[bool, dict[str, Any]]:
+def _adaptive_check(
+    rule: AdaptiveStop, run: _VirtualRun, phase_start: float, records: Sequence[RequestRecord], min_requests: int
+) -> tuple[bool, dict[str, Any]]:
     """Whether throughput and P99 are known well enough; the figures either way."""
     done = [r.latency for r in records if r.ok and r.latency is not None]
     info: dict[str, Any] = {"requests": len(records)}
@@ -394,7 +415,7 @@ def _adaptive_check(rule: AdaptiveStop, run: _VirtualRun, phase_start: float, re
     # Batch means over completion cycles: in a closed loop of C slots every slot is refreshed
     # once per C completions, so batches of whole multiples of C completions are comparable.
     finished = sorted(r.end for r in records if r.ok and r.end is not None)
-    tokens_done = sorted(((r.end, r.output_tokens or 0) for r in records if r.ok and r.end is not None))
+    tokens_done = sorted((r.end, r.output_tokens or 0) for r in records if r.ok and r.end is not None)
     cycle = max(1, run.workload.concurrency)
     per_batch = cycle * max(1, len(finished) // (cycle * rule.batches))
     count = len(finished) // per_batch
@@ -402,7 +423,7 @@ def _adaptive_check(rule: AdaptiveStop, run: _VirtualRun, phase_start: float, re
         return False, info
     rates, start = [], phase_start
     for b in range(count):
-        chunk = tokens_done[b * per_batch:(b + 1) * per_batch]
+        chunk = tokens_done[b * per_batch : (b + 1) * per_batch]
         end = chunk[-1][0]
         if end <= start:
             return False, info
@@ -462,8 +483,16 @@ def run_load_test(settings: SimulatorSettings, workload: Workload, adaptive: Ada
     end = kept.finished_at if kept.finished_at is not None else start
     peak, comm, busy, preempted = run.window(start, end)
     measurement = TierMeasurement(
-        summary=summary, seconds=run.now, requests_sent=run.sent, kept_started=start, kept_finished=end,
-        peak_kv_cache_usage=peak, comm_fraction=comm, gpu_utilization=busy, preemptions=preempted,
-        memory_used_gib=settings.memory_used_bytes_per_gpu / 1024**3, adaptive=adaptive_info,
+        summary=summary,
+        seconds=run.now,
+        requests_sent=run.sent,
+        kept_started=start,
+        kept_finished=end,
+        peak_kv_cache_usage=peak,
+        comm_fraction=comm,
+        gpu_utilization=busy,
+        preemptions=preempted,
+        memory_used_gib=settings.memory_used_bytes_per_gpu / 1024**3,
+        adaptive=adaptive_info,
     )
     return replace(measurement, summary=measurement.summary_at(0.0))

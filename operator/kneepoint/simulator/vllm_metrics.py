@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from typing import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -25,11 +25,54 @@ from prometheus_client.utils import floatToGoString
 from kneepoint.simulator.scheduler import ScheduledStep, SimRequest, StepOutcome
 
 # Default buckets of vllm/v1/metrics (REFERENCE.md section 1).
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-                80.0, 160.0, 640.0, 2560.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-                           480.0, 960.0, 1920.0, 7680.0)
+REQUEST_LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
@@ -50,7 +93,7 @@ def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
 class Histogram:
     """A Prometheus-style histogram accumulator (``le`` buckets, sum, count)."""
 
-    __slots__ = ("bounds", "counts", "total", "created")
+    __slots__ = ("bounds", "counts", "created", "total")
 
     def __init__(self, bounds: Sequence[float], created: float) -> None:
         self.bounds = tuple(float(b) for b in bounds)
@@ -84,8 +127,15 @@ def _le(bound: float) -> str:
 class VllmMetrics:
     """Accumulates one engine's vLLM metrics and exposes them as a prometheus_client collector."""
 
-    def __init__(self, model_name: str, *, max_model_len: int, cache_config: Mapping[str, str],
-                 gauges: Callable[[], Mapping[str, float]], created: float | None = None) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        max_model_len: int,
+        cache_config: Mapping[str, str],
+        gauges: Callable[[], Mapping[str, float]],
+        created: float | None = None,
+    ) -> None:
         self.model_name = model_name
         self.cache_config = dict(cache_config)
         self._gauges = gauges
@@ -94,22 +144,32 @@ class VllmMetrics:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.num_preemptions = 0
-        self.request_success = {reason: 0 for reason in FINISHED_REASONS}
+        self.request_success = dict.fromkeys(FINISHED_REASONS, 0)
         token_buckets = build_1_2_5_buckets(max_model_len)
         self.histograms: dict[str, tuple[str, Histogram]] = {
             "vllm:time_to_first_token_seconds": ("Histogram of time to first token in seconds.", Histogram(TTFT_BUCKETS, c)),
             "vllm:inter_token_latency_seconds": ("Histogram of inter-token latency in seconds.", Histogram(ITL_BUCKETS, c)),
             "vllm:request_time_per_output_token_seconds": (
-                "Histogram of time_per_output_token_seconds per request.", Histogram(ITL_BUCKETS, c)),
+                "Histogram of time_per_output_token_seconds per request.",
+                Histogram(ITL_BUCKETS, c),
+            ),
             "vllm:e2e_request_latency_seconds": ("Histogram of e2e request latency in seconds.", Histogram(REQUEST_LATENCY_BUCKETS, c)),
             "vllm:request_queue_time_seconds": (
-                "Histogram of time spent in WAITING phase for request.", Histogram(REQUEST_LATENCY_BUCKETS, c)),
+                "Histogram of time spent in WAITING phase for request.",
+                Histogram(REQUEST_LATENCY_BUCKETS, c),
+            ),
             "vllm:request_inference_time_seconds": (
-                "Histogram of time spent in RUNNING phase for request.", Histogram(REQUEST_LATENCY_BUCKETS, c)),
+                "Histogram of time spent in RUNNING phase for request.",
+                Histogram(REQUEST_LATENCY_BUCKETS, c),
+            ),
             "vllm:request_prefill_time_seconds": (
-                "Histogram of time spent in PREFILL phase for request.", Histogram(REQUEST_LATENCY_BUCKETS, c)),
+                "Histogram of time spent in PREFILL phase for request.",
+                Histogram(REQUEST_LATENCY_BUCKETS, c),
+            ),
             "vllm:request_decode_time_seconds": (
-                "Histogram of time spent in DECODE phase for request.", Histogram(REQUEST_LATENCY_BUCKETS, c)),
+                "Histogram of time spent in DECODE phase for request.",
+                Histogram(REQUEST_LATENCY_BUCKETS, c),
+            ),
             "vllm:request_prompt_tokens": ("Number of prefill tokens processed.", Histogram(token_buckets, c)),
             "vllm:request_generation_tokens": ("Number of generation tokens processed.", Histogram(token_buckets, c)),
             "vllm:request_params_max_tokens": ("Histogram of the max_tokens request parameter.", Histogram(token_buckets, c)),
@@ -187,8 +247,9 @@ class VllmMetrics:
             c = CounterMetricFamily(name, doc, labels=labels)
             c.add_metric(values, float(value), created=self.created)
             yield c
-        success = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
-                                      labels=labels + ["finished_reason"])
+        success = CounterMetricFamily(
+            "vllm:request_success", "Count of successfully processed requests.", labels=labels + ["finished_reason"]
+        )
         for reason, count in self.request_success.items():
             success.add_metric(values + [reason], float(count), created=self.created)
         yield success

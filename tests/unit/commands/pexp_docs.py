@@ -33,7 +33,9 @@ def tier(tp: int, pp: int = 1, phase: str = "Measured", tps: float | None = None
     return out
 
 
-def experiment(tiers: list[dict[str, Any]], tp=(1, 2, 4, 8), pp=(1,), name: str = "synthetic", mode: str = "Measure", **status: Any) -> dict[str, Any]:
+def experiment(
+    tiers: list[dict[str, Any]], tp=(1, 2, 4, 8), pp=(1,), name: str = "synthetic", mode: str = "Measure", **status: Any
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "model": {"uri": "hf://example/Test-Model-70B", "dtype": "bfloat16", "maxModelLen": 4096},
         "mode": mode,
@@ -55,7 +57,9 @@ def experiment(tiers: list[dict[str, Any]], tp=(1, 2, 4, 8), pp=(1,), name: str 
 
 
 def all_skipped() -> dict[str, Any]:
-    return experiment([tier(n, phase="Skipped", doesNotFit=True, reason=f"does not fit: estimate {300 / n:.0f} GiB per GPU") for n in (1, 2, 4, 8)])
+    return experiment(
+        [tier(n, phase="Skipped", doesNotFit=True, reason=f"does not fit: estimate {300 / n:.0f} GiB per GPU") for n in (1, 2, 4, 8)]
+    )
 
 
 def failed_middle() -> dict[str, Any]:
@@ -86,7 +90,11 @@ def pp_ladder() -> dict[str, Any]:
 
 def simulated() -> dict[str, Any]:
     doc = experiment(
-        [tier(1, tps=800, p99=7000, simulated=True), tier(2, tps=850, p99=6900, simulated=True), tier(4, phase="Skipped", reason="not needed")],
+        [
+            tier(1, tps=800, p99=7000, simulated=True),
+            tier(2, tps=850, p99=6900, simulated=True),
+            tier(4, phase="Skipped", reason="not needed"),
+        ],
         tp=(1, 2, 4),
         mode="Simulate",
         simulated=True,

@@ -38,8 +38,7 @@ def test_recorded_example_prints_table_comparison_and_decision():
     assert "tier  GPUs  phase" in out
     assert "TP1      1  Skipped" in out and "does not fit" in out
     assert (
-        "TP2 -> TP4: T2=1236 tok/s T4=1897 tok/s ΔT=+0.54; P2=6764 ms P4=4395 ms ΔP=-0.35; M2=70.9 GiB M4=35.6 GiB; C2=0.08 C4=0.17"
-        in out
+        "TP2 -> TP4: T2=1236 tok/s T4=1897 tok/s ΔT=+0.54; P2=6764 ms P4=4395 ms ΔP=-0.35; M2=70.9 GiB M4=35.6 GiB; C2=0.08 C4=0.17" in out
     )
     assert "conclusion: go on to TP4" in out
     assert "decision: TP4 (4 GPUs per replica), rule last-tier" in out
@@ -128,7 +127,7 @@ def _tier_doc(**tier_fields) -> str:
     "name, text, expected",
     [
         ("bad.yaml", "status: [unclosed\n", "not valid YAML (line"),
-        ("bad.json", "{\"status\": ", "not valid JSON (line 1"),
+        ("bad.json", '{"status": ', "not valid JSON (line 1"),
         ("list.yaml", "- 1\n- 2\n", "expected a ParallelismExperiment document (a mapping), got list"),
         ("kind.yaml", "kind: Deployment\nstatus: {tiers: []}\n", "kind: expected ParallelismExperiment, got 'Deployment'"),
         ("nostatus.yaml", "kind: ParallelismExperiment\nspec: {}\n", "status.tiers: missing"),
@@ -136,7 +135,11 @@ def _tier_doc(**tier_fields) -> str:
         ("field.yaml", _tier_doc(latencyP99ms=5), "status.tiers[0].latencyP99ms: unknown tier field"),
         ("number.yaml", _tier_doc(latencyP99Ms="fast"), "status.tiers[0].latencyP99Ms: expected a number, got 'fast'"),
         ("phase.yaml", _tier_doc(phase="Done"), "status.tiers[0].phase: expected one of Pending"),
-        ("tps.yaml", _tier_doc(outputTokensPerSecond=None), "status.tiers[0].outputTokensPerSecond: a Measured tier needs a positive number"),
+        (
+            "tps.yaml",
+            _tier_doc(outputTokensPerSecond=None),
+            "status.tiers[0].outputTokensPerSecond: a Measured tier needs a positive number",
+        ),
         ("name.yaml", _tier_doc(name="tp-two"), "status.tiers[0].name: expected tpN-ppM"),
         ("gpus.yaml", _tier_doc(gpus=3), "status.tiers[0].gpus: expected tensorParallel x pipelineParallel = 1, got 3"),
         (

@@ -38,15 +38,50 @@ def test_json_output_has_every_tier():
 
 
 def test_whole_gpu_70b_tp1_matches_the_measured_bracket():
-    result = run("--preset", "llama-3-70b", "--gpu", "h200", "--tp", "1", "--gpu-memory-utilization", "1.0", "--concurrency", "32",
-                 "--context", "1025", "--max-model-len", "1025", "--max-num-batched-tokens", "1024", "--output", "json")
+    result = run(
+        "--preset",
+        "llama-3-70b",
+        "--gpu",
+        "h200",
+        "--tp",
+        "1",
+        "--gpu-memory-utilization",
+        "1.0",
+        "--concurrency",
+        "32",
+        "--context",
+        "1025",
+        "--max-model-len",
+        "1025",
+        "--max-num-batched-tokens",
+        "1024",
+        "--output",
+        "json",
+    )
     tier = json.loads(result.output)["tiers"][0]
     assert tier["fits"] and not tier["fits_target"] and 16 <= tier["max_concurrent_sequences"] < 32
 
 
 def test_context_from_input_and_output_lengths_and_options():
-    result = run("--preset", "llama-3-8b", "--gpu", "l40s", "--input-len", "2000", "--output-len", "48", "--dtype", "fp8",
-                 "--kv-cache-dtype", "fp8", "--enforce-eager", "--tp", "1", "--output", "json")
+    result = run(
+        "--preset",
+        "llama-3-8b",
+        "--gpu",
+        "l40s",
+        "--input-len",
+        "2000",
+        "--output-len",
+        "48",
+        "--dtype",
+        "fp8",
+        "--kv-cache-dtype",
+        "fp8",
+        "--enforce-eager",
+        "--tp",
+        "1",
+        "--output",
+        "json",
+    )
     assert result.exit_code == 0, result.output
     tier = json.loads(result.output)["tiers"][0]
     assert tier["context_len"] == 2048 and tier["kv_cache_dtype"] == "fp8" and tier["dtype"] == "fp8"
@@ -54,8 +89,15 @@ def test_context_from_input_and_output_lengths_and_options():
 
 
 def test_config_json_and_model_name_and_explicit_shape(tmp_path):
-    config = {"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-              "intermediate_size": 14336, "vocab_size": 32768}
+    config = {
+        "model_type": "mistral",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 32768,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     by_config = json.loads(run("--config", str(path), "--gpu", "h100-sxm", "--output", "json").output)
@@ -63,10 +105,28 @@ def test_config_json_and_model_name_and_explicit_shape(tmp_path):
     assert [t["weights_bytes_per_gpu"] for t in by_config["tiers"]] == [t["weights_bytes_per_gpu"] for t in by_preset["tiers"]]
     by_model = json.loads(run("--model", "mistralai/Mistral-7B-Instruct-v0.3", "--gpu", "h100-sxm", "--output", "json").output)
     assert by_model["architecture"]["name"] == "mistral-7b"
-    explicit = run("--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--num-key-value-heads", "8",
-                   "--intermediate-size", "14336", "--vocab-size", "32768", "--gpu", "h100-sxm", "--output", "json")
+    explicit = run(
+        "--num-layers",
+        "32",
+        "--hidden-size",
+        "4096",
+        "--num-attention-heads",
+        "32",
+        "--num-key-value-heads",
+        "8",
+        "--intermediate-size",
+        "14336",
+        "--vocab-size",
+        "32768",
+        "--gpu",
+        "h100-sxm",
+        "--output",
+        "json",
+    )
     assert explicit.exit_code == 0, explicit.output
-    assert [t["weights_bytes_per_gpu"] for t in json.loads(explicit.output)["tiers"]] == [t["weights_bytes_per_gpu"] for t in by_preset["tiers"]]
+    assert [t["weights_bytes_per_gpu"] for t in json.loads(explicit.output)["tiers"]] == [
+        t["weights_bytes_per_gpu"] for t in by_preset["tiers"]
+    ]
 
 
 def test_listings():
@@ -97,8 +157,10 @@ def test_listings():
         (["--preset", "llama-3-8b", "--gpu", "h200", "--interconnect", "ib"], "--interconnect: must be one of nvlink, pcie"),
         (["--preset", "llama-3-8b", "--gpu", "h200", "--bogus"], "No such option '--bogus'"),
         (["--config", "/nonexistent/config.json", "--gpu", "h200"], "--config: cannot read '/nonexistent/config.json'"),
-        (["--num-layers", "2", "--hidden-size", "8", "--num-attention-heads", "2", "--intermediate-size", "8", "--gpu", "h200"],
-         "--vocab-size: is required"),
+        (
+            ["--num-layers", "2", "--hidden-size", "8", "--num-attention-heads", "2", "--intermediate-size", "8", "--gpu", "h200"],
+            "--vocab-size: is required",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):

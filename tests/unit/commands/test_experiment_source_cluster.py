@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import yaml
@@ -30,9 +30,25 @@ class _StubApi(BaseHTTPRequestHandler):
         if self.path == EXPERIMENT_PATH:
             self._send(200, failed_middle())
         elif self.path == CONFIG_MAP_PATH:
-            self._send(200, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "synthetic-kserve"}, "data": {"inferenceservice.yaml": "kind: InferenceService\n"}})
+            self._send(
+                200,
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "synthetic-kserve"},
+                    "data": {"inferenceservice.yaml": "kind: InferenceService\n"},
+                },
+            )
         elif "/namespaces/locked/" in self.path:
-            self._send(403, {"kind": "Status", "status": "Failure", "message": 'parallelismexperiments.kneepoint.io "x" is forbidden: User "u" cannot get', "code": 403})
+            self._send(
+                403,
+                {
+                    "kind": "Status",
+                    "status": "Failure",
+                    "message": 'parallelismexperiments.kneepoint.io "x" is forbidden: User "u" cannot get',
+                    "code": 403,
+                },
+            )
         else:
             self._send(404, {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404})
 
@@ -91,7 +107,7 @@ def test_not_found_forbidden_and_unreachable_are_one_line(stub_api, tmp_path):
     with pytest.raises(InputError) as forbidden:
         ClusterSource(kubeconfig, "locked").get_experiment("x")
     assert str(forbidden.value).startswith("experiment locked/x: the API server at http://127.0.0.1:")
-    assert "answered 403 Forbidden: parallelismexperiments.kneepoint.io \"x\" is forbidden" in str(forbidden.value)
+    assert 'answered 403 Forbidden: parallelismexperiments.kneepoint.io "x" is forbidden' in str(forbidden.value)
     dead = tmp_path / "dead"
     dead.write_text(Path(kubeconfig).read_text().replace(f":{stub_api[0].server_port}", ":9"), encoding="utf-8")
     with pytest.raises(InputError) as unreachable:

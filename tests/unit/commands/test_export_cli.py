@@ -8,8 +8,8 @@ from pexp_docs import RECORDED, FakeCluster, experiment, failed_middle, install_
 
 from kneepoint.cli import cli
 from kneepoint.commands.experiment_source import read_file
-from kneepoint.core.decision import decide
 from kneepoint.core.architectures import get_preset
+from kneepoint.core.decision import decide
 from kneepoint.kube import kserve
 from kneepoint.kube.manifests import BuildContext, Owner
 
@@ -48,7 +48,11 @@ def test_file_export_is_the_text_the_operator_would_publish():
     decision = decide(exp.spec, exp.tiers).decision
     owner = Owner("llama-3-70b-h200-recorded", "default", "uid")
     export = kserve.build_export(
-        exp.spec, owner, decision, get_preset(exp.spec.model.architecture.preset), BuildContext(),
+        exp.spec,
+        owner,
+        decision,
+        get_preset(exp.spec.model.architecture.preset),
+        BuildContext(),
         prometheus_url="http://prometheus-operated.monitoring.svc:9090",
     )
     published = kserve.build_recommendation_configmap(owner, decision, export)["data"]["inferenceservice.yaml"]
@@ -72,7 +76,10 @@ def test_pp_decision_on_a_claim_uses_worker_spec(tmp_path):
     result = run(write_doc(tmp_path, doc), "--kserve")
     assert result.exit_code == 0, result.output
     p = predictor(result.stdout)
-    assert {k: p["workerSpec"][k] for k in ("tensorParallelSize", "pipelineParallelSize")} == {"tensorParallelSize": 8, "pipelineParallelSize": 2}
+    assert {k: p["workerSpec"][k] for k in ("tensorParallelSize", "pipelineParallelSize")} == {
+        "tensorParallelSize": 8,
+        "pipelineParallelSize": 2,
+    }
     assert p["model"]["resources"]["limits"]["nvidia.com/gpu"] == "8"  # per node
     assert p["workerSpec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert p["maxReplicas"] == 6 == p["minReplicas"]
@@ -97,7 +104,14 @@ def test_status_decision_wins_over_recomputing(tmp_path):
     doc["spec"]["model"]["architecture"] = {"preset": "llama-3-70b"}
     doc["status"].update(
         phase="Decided",
-        decision={"tensorParallel": 8, "pipelineParallel": 1, "gpusPerReplica": 8, "replicas": 3, "rule": "last-tier", "perReplicaConcurrency": 16},
+        decision={
+            "tensorParallel": 8,
+            "pipelineParallel": 1,
+            "gpusPerReplica": 8,
+            "replicas": 3,
+            "rule": "last-tier",
+            "perReplicaConcurrency": 16,
+        },
     )
     p = predictor(run(write_doc(tmp_path, doc), "--kserve").stdout)
     assert p["maxReplicas"] == 3 and p["model"]["resources"]["limits"]["nvidia.com/gpu"] == "8"
@@ -139,8 +153,21 @@ def _decided_on_cluster() -> dict:
     doc["spec"]["model"]["architecture"] = {"preset": "llama-3-70b"}
     doc["status"].update(
         phase="Decided",
-        decision={"tensorParallel": 4, "pipelineParallel": 1, "gpusPerReplica": 4, "replicas": 6, "rule": "throughput-gain", "perReplicaConcurrency": 16},
-        recommendation={"configMapName": "synthetic-kserve", "minReplicas": 1, "maxReplicas": 6, "scaleMetric": "concurrency", "scaleTarget": 16},
+        decision={
+            "tensorParallel": 4,
+            "pipelineParallel": 1,
+            "gpusPerReplica": 4,
+            "replicas": 6,
+            "rule": "throughput-gain",
+            "perReplicaConcurrency": 16,
+        },
+        recommendation={
+            "configMapName": "synthetic-kserve",
+            "minReplicas": 1,
+            "maxReplicas": 6,
+            "scaleMetric": "concurrency",
+            "scaleTarget": 16,
+        },
     )
     return doc
 
@@ -148,7 +175,9 @@ def _decided_on_cluster() -> dict:
 def test_cluster_export_prints_the_published_config_map(monkeypatch, tmp_path):
     # A marker line proves the text comes from the ConfigMap, not from building it again.
     published = "# published by the operator\n" + run(write_doc(tmp_path, _decided_on_cluster()), "--kserve").stdout
-    install_fake_cluster(monkeypatch, FakeCluster({"synthetic": _decided_on_cluster()}, {"synthetic-kserve": {"inferenceservice.yaml": published}}))
+    install_fake_cluster(
+        monkeypatch, FakeCluster({"synthetic": _decided_on_cluster()}, {"synthetic-kserve": {"inferenceservice.yaml": published}})
+    )
     result = run("synthetic", "--kserve", "-n", "team-a")
     assert result.exit_code == 0, result.output
     assert result.stdout == published
@@ -176,7 +205,10 @@ def test_cluster_not_found_and_not_decided(monkeypatch):
     assert result.stderr.strip() == "kneepoint export: error: experiment team-a/missing not found"
     result = run("running", "--kserve")
     assert result.exit_code == 1
-    assert result.stderr.strip() == "kneepoint export: error: not decided yet: experiment team-a/running is in phase Profiling (load-testing TP8)"
+    assert (
+        result.stderr.strip()
+        == "kneepoint export: error: not decided yet: experiment team-a/running is in phase Profiling (load-testing TP8)"
+    )
     fresh = failed_middle()
     fresh.pop("status")
     install_fake_cluster(monkeypatch, FakeCluster({"fresh": fresh}))
@@ -188,7 +220,9 @@ def test_cluster_not_found_and_not_decided(monkeypatch):
 def test_cluster_export_says_why_the_operator_published_no_inference_service(monkeypatch):
     doc = _decided_on_cluster()
     doc["status"]["recommendation"]["notExportable"] = "TP8 x PP2 spans 2 nodes and cannot be exported as an InferenceService: because"
-    install_fake_cluster(monkeypatch, FakeCluster({"synthetic": doc}, {"synthetic-kserve": {"leaderworkerset.yaml": "kind: LeaderWorkerSet\n"}}))
+    install_fake_cluster(
+        monkeypatch, FakeCluster({"synthetic": doc}, {"synthetic-kserve": {"leaderworkerset.yaml": "kind: LeaderWorkerSet\n"}})
+    )
     result = run("synthetic", "--kserve")
     assert result.exit_code == 3 and result.stdout == ""
     assert "kneepoint export: error: TP8 x PP2 spans 2 nodes and cannot be exported as an InferenceService: because" in result.stderr

@@ -51,7 +51,10 @@ def test_recorded_example_table_decision_kserve_and_gpu_minutes():
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert out.startswith(f"experiment default/llama-3-70b-h200-recorded (file {RECORDED})\n")
-    assert "model meta-llama/Meta-Llama-3-70B (bfloat16) on NVIDIA-H200; mode Measure; workload concurrency 32, 1024 in / 256 out tokens" in out
+    assert (
+        "model meta-llama/Meta-Llama-3-70B (bfloat16) on NVIDIA-H200; mode Measure; workload concurrency 32, 1024 in / 256 out tokens"
+        in out
+    )
     assert "tier  GPUs  phase" in out and "TP1      1  Skipped" in out
     assert "TP2 -> TP4: T2=1236 tok/s T4=1897 tok/s ΔT=+0.54; P2=6764 ms P4=4395 ms ΔP=-0.35" in out
     assert "decision: TP4 (4 GPUs per replica), rule last-tier" in out
@@ -84,7 +87,9 @@ def test_png_without_matplotlib_says_how_to_install_it(tmp_path):
     png = tmp_path / "knee.png"
     result = report("--png", str(png))
     assert result.returncode == 2 and not png.exists()
-    assert result.stderr.strip() == "kneepoint report: error: --png needs matplotlib, which is not installed: pip install 'kneepoint[report]'"
+    assert (
+        result.stderr.strip() == "kneepoint report: error: --png needs matplotlib, which is not installed: pip install 'kneepoint[report]'"
+    )
 
 
 @pytest.mark.parametrize(
@@ -206,14 +211,22 @@ def test_published_recommendation_is_shown(tmp_path):
     doc["status"].update(
         phase="Decided",
         decision=_decision(4, 6, "throughput-gain"),
-        recommendation={"configMapName": "synthetic-kserve", "minReplicas": 1, "maxReplicas": 6, "scaleMetric": "concurrency", "scaleTarget": 16},
+        recommendation={
+            "configMapName": "synthetic-kserve",
+            "minReplicas": 1,
+            "maxReplicas": 6,
+            "scaleMetric": "concurrency",
+            "scaleTarget": 16,
+        },
     )
     out = run(write_doc(tmp_path, doc)).stdout
     assert "KServe recommendation (published in ConfigMap synthetic-kserve): InferenceService test-model-70b, 4 GPUs per replica" in out
 
 
 def test_in_progress_experiment_has_no_decision_yet(tmp_path):
-    doc = experiment([tier(1, tps=500, p99=9000), tier(2, phase="LoadTesting")], phase="Profiling", currentTier="tp2-pp1", message="load-testing TP2")
+    doc = experiment(
+        [tier(1, tps=500, p99=9000), tier(2, phase="LoadTesting")], phase="Profiling", currentTier="tp2-pp1", message="load-testing TP2"
+    )
     out = run(write_doc(tmp_path, doc)).stdout
     assert "phase Profiling; current tier tp2-pp1; load-testing TP2" in out
     assert "decision: none (continue: no stop rule fired yet; TP2 is LoadTesting" in out
@@ -276,7 +289,10 @@ def test_document_with_neither_spec_nor_tiers(tmp_path):
 
 def test_real_process_has_no_traceback(tmp_path):
     bad = subprocess.run(
-        [sys.executable, "-m", "kneepoint", "report", write_doc(tmp_path, {"kind": "Deployment"})], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "kneepoint", "report", write_doc(tmp_path, {"kind": "Deployment"})],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "kind: expected ParallelismExperiment, got 'Deployment'" in bad.stderr
@@ -320,7 +336,9 @@ def _stages() -> list[dict]:
         "message": "deploying TP2",
         "tiers": [tier(1, tps=500, p99=12000), tier(2, phase="Deploying")],
     }
-    final["status"].update(phase="Decided", message="decided: TP4 x 6 replicas (rule throughput-gain)", decision=_decision(4, 6, "throughput-gain"))
+    final["status"].update(
+        phase="Decided", message="decided: TP4 x 6 replicas (rule throughput-gain)", decision=_decision(4, 6, "throughput-gain")
+    )
     return [base, s1, s1b, s2, final]
 
 

@@ -26,11 +26,7 @@ T0 = 1_800_000_000.0
 
 
 def h200_fleet(free=(8, 8)):
-    return FleetView(
-        tuple(
-            DomainCapacity(f"h200-{i}", "NVIDIA-H200", 8, f, f"h200-{i}-nvl0", 8, "nvlink") for i, f in enumerate(free)
-        )
-    )
+    return FleetView(tuple(DomainCapacity(f"h200-{i}", "NVIDIA-H200", 8, f, f"h200-{i}-nvl0", 8, "nvlink") for i, f in enumerate(free)))
 
 
 def make_spec(preset="llama-3-8b", **over):
@@ -69,8 +65,9 @@ def summary(tok_s, p99_ms, ttft_p95=200.0, error_fraction=0.0, started=T0, finis
 class Driver:
     """Plays the reconciler: keeps status, time and what the cluster shows."""
 
-    def __init__(self, spec, fleet=None, preset=None, gpu=H200, settings: LadderSettings = SETTINGS,
-                 spec_hash: str | None = None, now: float = T0):
+    def __init__(
+        self, spec, fleet=None, preset=None, gpu=H200, settings: LadderSettings = SETTINGS, spec_hash: str | None = None, now: float = T0
+    ):
         self.spec = spec
         self.status = ExperimentStatus()
         self.now = now
@@ -106,8 +103,14 @@ class Driver:
         r = self.step(engine=EngineState(exists=True, ready=True, node_name="h200-0"))
         assert EnsureLoadTest(Tier(int(name[2]), 1), 1) in r.actions or any(isinstance(a, EnsureLoadTest) for a in r.actions)
         self.now += 70
-        self.step(engine=EngineState(exists=True, ready=True), load_test=LoadTestState(1, True, True, False, summary(tok_s, p99_ms, started=self.now - 65, finished=self.now - 5)))
+        self.step(
+            engine=EngineState(exists=True, ready=True),
+            load_test=LoadTestState(1, True, True, False, summary(tok_s, p99_ms, started=self.now - 65, finished=self.now - 5)),
+        )
         assert self.tier(name).phase == "Collecting"
         self.now += 20
-        return self.step(metrics=MetricWindow(peak_fb_used_gib=fb, peak_kv_cache_usage=kv, preemptions=0, gpu_utilization=0.9, comm_fraction=comm,
-                                              **window))
+        return self.step(
+            metrics=MetricWindow(
+                peak_fb_used_gib=fb, peak_kv_cache_usage=kv, preemptions=0, gpu_utilization=0.9, comm_fraction=comm, **window
+            )
+        )

@@ -23,8 +23,16 @@ from kneepoint.core.spec import ArchitectureSpec, ConfigMapKeyRef
 H200_DATA = Path(__file__).resolve().parents[2] / "data" / "h200"
 
 REQUIRED_PRESETS = (
-    "llama-3.2-1b", "llama-3-8b", "llama-3-70b", "llama-3.1-405b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-72b",
-    "mistral-7b", "mixtral-8x7b", "deepseek-v3",
+    "llama-3.2-1b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "llama-3.1-405b",
+    "qwen2.5-7b",
+    "qwen2.5-14b",
+    "qwen2.5-72b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "deepseek-v3",
 )
 
 
@@ -74,39 +82,103 @@ def test_presets_have_the_measured_shapes(model, preset):
     data = json.loads((H200_DATA / f"llama{model}_tp1.json").read_text())
     shape = data["calls"]["call1"]["ranks"][0]["config"]
     arch = get_preset(preset)
-    assert (arch.num_layers, arch.hidden_size, arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim,
-            arch.intermediate_size, arch.vocab_size) == (
-        shape["layers"], shape["hidden"], shape["heads"], shape["kv_heads"], shape["head_dim"], shape["inter"], shape["vocab"])
+    assert (
+        arch.num_layers,
+        arch.hidden_size,
+        arch.num_attention_heads,
+        arch.num_key_value_heads,
+        arch.head_dim,
+        arch.intermediate_size,
+        arch.vocab_size,
+    ) == (shape["layers"], shape["hidden"], shape["heads"], shape["kv_heads"], shape["head_dim"], shape["inter"], shape["vocab"])
 
 
 # -- config.json parsing with real-world configs (values from the models' config.json files)
 
 LLAMA31_8B_INSTRUCT = {
-    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000,
-    "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
-    "intermediate_size": 14336, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
-    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
-    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
-                     "rope_type": "llama3"},
-    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.42.3",
-    "use_cache": True, "vocab_size": 128256,
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009],
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.42.3",
+    "use_cache": True,
+    "vocab_size": 128256,
 }
 QWEN15_MOE_A27B = {
-    "model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
-    "intermediate_size": 5632, "moe_intermediate_size": 1408, "num_experts": 60, "num_experts_per_tok": 4,
-    "shared_expert_intermediate_size": 5632, "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "model_type": "qwen2_moe",
+    "num_hidden_layers": 24,
+    "hidden_size": 2048,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "intermediate_size": 5632,
+    "moe_intermediate_size": 1408,
+    "num_experts": 60,
+    "num_experts_per_tok": 4,
+    "shared_expert_intermediate_size": 5632,
+    "vocab_size": 151936,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
     "tie_word_embeddings": False,
 }
 QWEN3_30B_A3B = {
-    "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4,
-    "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
-    "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": False,
+    "model_type": "qwen3_moe",
+    "num_hidden_layers": 48,
+    "hidden_size": 2048,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "vocab_size": 151936,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "tie_word_embeddings": False,
 }
 DEEPSEEK_V2_LITE = {
-    "model_type": "deepseek_v2", "num_hidden_layers": 27, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
-    "q_lora_rank": None, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
-    "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
-    "first_k_dense_replace": 1, "moe_layer_freq": 1, "intermediate_size": 10944, "vocab_size": 102400, "tie_word_embeddings": False,
+    "model_type": "deepseek_v2",
+    "num_hidden_layers": 27,
+    "hidden_size": 2048,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "q_lora_rank": None,
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+    "moe_intermediate_size": 1408,
+    "n_routed_experts": 64,
+    "n_shared_experts": 2,
+    "num_experts_per_tok": 6,
+    "first_k_dense_replace": 1,
+    "moe_layer_freq": 1,
+    "intermediate_size": 10944,
+    "vocab_size": 102400,
+    "tie_word_embeddings": False,
 }
 
 
@@ -222,13 +294,20 @@ def test_architecture_from_spec_sources():
     assert arch.num_parameters == get_preset("llama-3-8b").num_parameters and arch.name == "llama/config.json"
     assert architecture_from_spec(ref, LLAMA31_8B_INSTRUCT).num_layers == 32
     explicit = architecture_from_spec(
-        ArchitectureSpec(num_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336,
-                         vocab_size=128256)
+        ArchitectureSpec(
+            num_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336, vocab_size=128256
+        )
     )
     assert explicit.num_parameters == get_preset("llama-3-8b").num_parameters
     override = architecture_from_spec(
-        ArchitectureSpec(num_layers=32, hidden_size=4096, num_attention_heads=32, intermediate_size=14336, vocab_size=128256,
-                         num_parameters=9_000_000_000)
+        ArchitectureSpec(
+            num_layers=32,
+            hidden_size=4096,
+            num_attention_heads=32,
+            intermediate_size=14336,
+            vocab_size=128256,
+            num_parameters=9_000_000_000,
+        )
     )
     assert override.num_parameters == 9_000_000_000 and override.parameter_scale > 1
     assert architecture_from_spec(ArchitectureSpec(), model_name="hf://meta-llama/Llama-3.1-8B") == get_preset("llama-3-8b")
@@ -242,8 +321,11 @@ def test_architecture_from_spec_sources():
         (ArchitectureSpec(config_map_ref=ConfigMapKeyRef(name="cm")), "{not json", r"configMapRef: .*is not JSON"),
         (ArchitectureSpec(config_map_ref=ConfigMapKeyRef(name="cm")), "{}", r"configMapRef: config.json: missing 'num_hidden_layers'"),
         (ArchitectureSpec(num_layers=2, hidden_size=8, num_attention_heads=2, intermediate_size=8), None, r"architecture\.vocabSize"),
-        (ArchitectureSpec(num_layers=2, hidden_size=8, num_attention_heads=2, intermediate_size=8, vocab_size=10, num_experts=4), None,
-         r"numExpertsPerToken"),
+        (
+            ArchitectureSpec(num_layers=2, hidden_size=8, num_attention_heads=2, intermediate_size=8, vocab_size=10, num_experts=4),
+            None,
+            r"numExpertsPerToken",
+        ),
         (ArchitectureSpec(), None, r"give a preset, a configMapRef or explicit numbers"),
     ],
 )

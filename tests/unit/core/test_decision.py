@@ -24,7 +24,9 @@ def make_spec(tp=(1, 2, 4, 8), pp=(1,), stop: dict | None = None, capacity: dict
     return parse_spec(data)
 
 
-def measured(tp: int, tps: float, p99: float = 1000.0, mem: float | None = None, comm: float | None = None, pp: int = 1, **kw) -> TierResult:
+def measured(
+    tp: int, tps: float, p99: float = 1000.0, mem: float | None = None, comm: float | None = None, pp: int = 1, **kw
+) -> TierResult:
     return TierResult(
         tensor_parallel=tp,
         pipeline_parallel=pp,
@@ -138,7 +140,9 @@ def test_full_tp1_continues_while_tiers_remain():
     assert out.decision is None
     assert out.state == STATE_CONTINUE
     assert "TP2 is Deploying" in out.message
-    assert out.comparisons == ["TP1: T1=1000 tok/s; P1=1000 ms; M1=130.0 GiB of 140.0 GiB = 0.93 (memoryHeadroom 0.85)\nconclusion: go on to TP2"]
+    assert out.comparisons == [
+        "TP1: T1=1000 tok/s; P1=1000 ms; M1=130.0 GiB of 140.0 GiB = 0.93 (memoryHeadroom 0.85)\nconclusion: go on to TP2"
+    ]
 
 
 def test_no_rule_fired_and_tiers_remain_continues():

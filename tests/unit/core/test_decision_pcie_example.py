@@ -21,16 +21,28 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "deploy" / "examples" / "pcie-fl
 
 
 def measured(tp: int, tps: float, p99: float, mem: float, comm: float) -> TierResult:
-    return TierResult(tensor_parallel=tp, pipeline_parallel=1, gpus=tp, name=f"tp{tp}-pp1", phase="Measured",
-                      output_tokens_per_second=tps, latency_p99_ms=p99, peak_memory_gi_b=mem, gpu_memory_gi_b=44.4,
-                      comm_fraction=comm)
+    return TierResult(
+        tensor_parallel=tp,
+        pipeline_parallel=1,
+        gpus=tp,
+        name=f"tp{tp}-pp1",
+        phase="Measured",
+        output_tokens_per_second=tps,
+        latency_p99_ms=p99,
+        peak_memory_gi_b=mem,
+        gpu_memory_gi_b=44.4,
+        comm_fraction=comm,
+    )
 
 
 @pytest.mark.parametrize("tp2_tps", [524.0, 1.24 * 399.0])
 def test_pcie_example_keeps_tp1_by_comm_fraction(tp2_tps: float) -> None:
     spec = parse_spec(yaml.safe_load(EXAMPLE.read_text())["spec"])
-    tiers = [measured(1, 399.0, 18481.0, 38.8, 0.0), measured(2, tp2_tps, 15520.0, 20.72, 0.19), TierResult(
-        tensor_parallel=4, pipeline_parallel=1, gpus=4, name="tp4-pp1", phase="Pending")]
+    tiers = [
+        measured(1, 399.0, 18481.0, 38.8, 0.0),
+        measured(2, tp2_tps, 15520.0, 20.72, 0.19),
+        TierResult(tensor_parallel=4, pipeline_parallel=1, gpus=4, name="tp4-pp1", phase="Pending"),
+    ]
     out = decide(spec, tiers)
     assert out.state == STATE_DECIDED and out.decision is not None
     assert (out.decision.tensor_parallel, out.decision.rule) == (1, "comm-fraction"), out.decision.reason

@@ -8,8 +8,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kneepoint.core.replicas_cost import replicas_needed
 from kneepoint.core.decision import REMAINING_PHASES, STATE_CONTINUE, STATE_DECIDED, decide, tier_does_not_fit
+from kneepoint.core.replicas_cost import replicas_needed
 from kneepoint.core.spec import CapacitySpec, ExperimentSpec, LoadSpec, ModelSpec, SloSpec, StopRulesSpec, TiersSpec
 from kneepoint.core.status import TIER_MEASURED, TierResult
 from kneepoint.core.tiers import build_ladder
@@ -18,9 +18,7 @@ SETTINGS = settings(max_examples=100, deadline=None)
 
 fractions = st.floats(min_value=0.01, max_value=1.0, allow_nan=False)
 # Phases with weights: mostly measured, so that steps and rules get exercised.
-phases = st.sampled_from(
-    ["Measured"] * 6 + ["Skipped-dnf", "Failed-dnf", "Failed", "Skipped", "Pending", "Waiting", "LoadTesting"]
-)
+phases = st.sampled_from(["Measured"] * 6 + ["Skipped-dnf", "Failed-dnf", "Failed", "Skipped", "Pending", "Waiting", "LoadTesting"])
 
 
 @st.composite
@@ -49,7 +47,9 @@ def ladders(draw) -> tuple[TiersSpec, list[TierResult]]:
     tps = sorted(draw(st.sets(st.sampled_from((1, 2, 4, 8)), min_size=1)))
     pps = sorted(draw(st.sets(st.sampled_from((1, 2, 4)), min_size=1, max_size=2)))
     ladder = build_ladder(tps, pps)
-    return TiersSpec(tensor_parallel=tuple(tps), pipeline_parallel=tuple(pps)), [draw(tier_results(t.tensor_parallel, t.pipeline_parallel)) for t in ladder]
+    return TiersSpec(tensor_parallel=tuple(tps), pipeline_parallel=tuple(pps)), [
+        draw(tier_results(t.tensor_parallel, t.pipeline_parallel)) for t in ladder
+    ]
 
 
 @st.composite
@@ -106,8 +106,12 @@ def test_raising_min_throughput_gain_never_selects_a_larger_tier(ladder, rules, 
 @given(ladders(), stop_rules(), fractions, fractions)
 def test_tighter_p99_and_comm_limits_never_select_a_larger_tier(ladder, rules, p99_limit, comm_limit):
     tiers_spec, tiers = ladder
-    loose = replace(rules, max_p99_degradation=max(p99_limit, rules.max_p99_degradation), max_comm_fraction=max(comm_limit, rules.max_comm_fraction))
-    tight = replace(rules, max_p99_degradation=min(p99_limit, rules.max_p99_degradation), max_comm_fraction=min(comm_limit, rules.max_comm_fraction))
+    loose = replace(
+        rules, max_p99_degradation=max(p99_limit, rules.max_p99_degradation), max_comm_fraction=max(comm_limit, rules.max_comm_fraction)
+    )
+    tight = replace(
+        rules, max_p99_degradation=min(p99_limit, rules.max_p99_degradation), max_comm_fraction=min(comm_limit, rules.max_comm_fraction)
+    )
     at_loose = decided_gpus(make_spec(tiers_spec, loose), tiers)
     at_tight = decided_gpus(make_spec(tiers_spec, tight), tiers)
     if at_loose is not None:

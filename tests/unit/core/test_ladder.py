@@ -133,7 +133,10 @@ def test_prometheus_unreachable_is_retried_then_rules_are_not_evaluated():
     d.now += 5
     d.step(engine=EngineState(exists=True, ready=True))
     d.now += 60
-    d.step(engine=EngineState(exists=True, ready=True), load_test=LoadTestState(1, True, True, False, summary(4000, 9000, started=d.now - 50, finished=d.now)))
+    d.step(
+        engine=EngineState(exists=True, ready=True),
+        load_test=LoadTestState(1, True, True, False, summary(4000, 9000, started=d.now - 50, finished=d.now)),
+    )
     d.now += 5
     r = d.step(metrics=None)  # still settling
     assert d.tier("tp1-pp1").phase == "Collecting" and r.requeue_after == pytest.approx(5)
@@ -215,7 +218,9 @@ def test_measured_tiers_are_never_measured_again():
     for _ in range(3):
         r = d.step()
         assert not any(isinstance(a, (EnsureEngine, EnsureLoadTest)) and a.tier == Tier(2, 1) for a in r.actions)
-    assert d.tier("tp2-pp1") == replace(tp2, throughput_gain=d.tier("tp2-pp1").throughput_gain, cost_per_million_tokens=d.tier("tp2-pp1").cost_per_million_tokens)
+    assert d.tier("tp2-pp1") == replace(
+        tp2, throughput_gain=d.tier("tp2-pp1").throughput_gain, cost_per_million_tokens=d.tier("tp2-pp1").cost_per_million_tokens
+    )
 
 
 def test_rule_change_after_decision_re_decides_without_measuring():
@@ -293,13 +298,28 @@ def test_a_failed_experiment_starts_again_when_its_spec_is_edited():
 def test_a_tp_group_whose_gpus_differ_in_utilisation_gets_the_split_not_effective_finding():
     d = Driver(make_spec("llama-3-70b"))
     d.step()  # plan: TP1 skipped
-    r = d.measure("tp2-pp1", tok_s=1200, p99_ms=9000, fb=120.0, comm=0.18, rank_skew_fraction=0.12,
-                  gpu_utilization_by_gpu=(0.92, 0.61), fb_used_gib_by_gpu=(120.0, 119.0), pcie_bytes_per_second=2.5e9)
+    r = d.measure(
+        "tp2-pp1",
+        tok_s=1200,
+        p99_ms=9000,
+        fb=120.0,
+        comm=0.18,
+        rank_skew_fraction=0.12,
+        gpu_utilization_by_gpu=(0.92, 0.61),
+        fb_used_gib_by_gpu=(120.0, 119.0),
+        pcie_bytes_per_second=2.5e9,
+    )
     tp2 = d.tier("tp2-pp1")
-    assert (tp2.rank_skew_fraction, tp2.gpu_utilization_spread, tp2.memory_spread_gi_b, tp2.pcie_bytes_per_second) == (0.12, 0.31, 1.0, 2.5e9)
+    assert (tp2.rank_skew_fraction, tp2.gpu_utilization_spread, tp2.memory_spread_gi_b, tp2.pcie_bytes_per_second) == (
+        0.12,
+        0.31,
+        1.0,
+        2.5e9,
+    )
     (finding,) = tp2.findings
-    assert finding == ("the parallel split is not effective: GPU utilisation 0.61-0.92 across 2 GPUs (spread 0.31 > 0.15); "
-                       "rankSkewFraction 0.12")
+    assert finding == (
+        "the parallel split is not effective: GPU utilisation 0.61-0.92 across 2 GPUs (spread 0.31 > 0.15); rankSkewFraction 0.12"
+    )
     assert any(e.reason == reasons.SPLIT_NOT_EFFECTIVE and e.type == "Warning" for e in r.events)
 
 

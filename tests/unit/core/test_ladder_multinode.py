@@ -73,8 +73,9 @@ def test_405b_on_80gb_nodes_skips_every_single_node_tier_and_plans_tp8_pp2_as_mu
 
 def test_pp_tiers_stay_single_node_when_they_fit_one_node() -> None:
     # 70B on H200: TP alone holds it, so PP is "not needed" and never marked multi-node.
-    d = Driver(spec(preset="llama-3-70b", tp=(2, 4, 8), pp=(1, 2), placement={"gpuProduct": "NVIDIA-H200"}),
-               fleet(product="NVIDIA-H200"), gpu=H200)
+    d = Driver(
+        spec(preset="llama-3-70b", tp=(2, 4, 8), pp=(1, 2), placement={"gpuProduct": "NVIDIA-H200"}), fleet(product="NVIDIA-H200"), gpu=H200
+    )
     d.step()
     pp2 = d.status.tier("tp8-pp2")
     assert pp2.phase == "Skipped" and "not needed" in pp2.reason and pp2.multi_node is True
@@ -116,12 +117,24 @@ def test_multi_node_tier_deploys_as_a_group_and_is_measured_and_decided() -> Non
     # Leader Ready, worker still starting: not ready yet.
     r = d.step(engine=EngineState(exists=True, ready=False, node_name="h100-0", pods_total=2, pods_placed=2))
     assert d.status.tier("tp8-pp2").phase == "Deploying"
-    r = d.step(engine=EngineState(exists=True, ready=True, node_name="h100-0", pods_total=2, pods_placed=2, node_names=("h100-0", "h100-1")))
+    r = d.step(
+        engine=EngineState(exists=True, ready=True, node_name="h100-0", pods_total=2, pods_placed=2, node_names=("h100-0", "h100-1"))
+    )
     assert any(isinstance(a, EnsureLoadTest) for a in r.actions)
     assert d.status.tier("tp8-pp2").node_names == ("h100-0", "h100-1")
     d.now += 70
-    load = {"v": 1, "ok": True, "outputTokensPerSecond": 900.0, "latencyP99Ms": 9000.0, "ttftP95Ms": 800.0, "errorFraction": 0.0,
-            "completed": 200, "startedAt": rfc3339(d.now - 65), "finishedAt": rfc3339(d.now - 5), "durationSeconds": 60.0}
+    load = {
+        "v": 1,
+        "ok": True,
+        "outputTokensPerSecond": 900.0,
+        "latencyP99Ms": 9000.0,
+        "ttftP95Ms": 800.0,
+        "errorFraction": 0.0,
+        "completed": 200,
+        "startedAt": rfc3339(d.now - 65),
+        "finishedAt": rfc3339(d.now - 5),
+        "durationSeconds": 60.0,
+    }
     d.step(engine=EngineState(exists=True, ready=True), load_test=LoadTestState(1, True, True, False, load))
     d.now += 20
     r = d.step(metrics=MetricWindow(peak_fb_used_gib=70.0, peak_kv_cache_usage=0.05, preemptions=0, gpu_utilization=0.8))
@@ -198,8 +211,14 @@ def test_simulate_mode_keeps_one_simulator_for_a_multi_node_tier() -> None:
 def test_keep_winner_re_ensures_the_group() -> None:
     d = Driver(spec(cleanup={"winner": "Keep"}), fleet())
     d.step()
-    tier = replace(d.status.tier("tp8-pp2"), phase="Collecting", load_test_finished_at=rfc3339(T0 - 60), started_at=rfc3339(T0 - 200),
-                   output_tokens_per_second=900.0, latency_p99_ms=9000.0)
+    tier = replace(
+        d.status.tier("tp8-pp2"),
+        phase="Collecting",
+        load_test_finished_at=rfc3339(T0 - 60),
+        started_at=rfc3339(T0 - 200),
+        output_tokens_per_second=900.0,
+        latency_p99_ms=9000.0,
+    )
     d.status = d.status.with_tier(tier)
     r = d.step(metrics=MetricWindow(peak_kv_cache_usage=0.05))
     ensure = [a for a in r.actions if isinstance(a, EnsureEngine)]

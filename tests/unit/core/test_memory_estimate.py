@@ -79,11 +79,20 @@ def _points() -> list[Point]:
                     tokens = rec["ctx"] + 1 if kind == "decode" else rec["tokens"]
                     points.append(
                         Point(
-                            file=path.name, model=rank["model"], tp=rank["tp"], p2p="nop2p" not in path.name, kind=kind, size=size,
-                            tokens_per_sequence=tokens, kv_bytes=rec["kv_cache_bytes_per_gpu"],
-                            weights_measured=summary["weight_bytes_per_gpu"], kv_per_token_measured=summary["kv_bytes_per_token_per_gpu"],
-                            peak_allocated=mem["torch_max_allocated"], nvml_used=mem["nvml_used"],
-                            nvml_minus_cuda_total=mem["nvml_total"] - mem["cuda_total"], ranks=len(run["ranks"]),
+                            file=path.name,
+                            model=rank["model"],
+                            tp=rank["tp"],
+                            p2p="nop2p" not in path.name,
+                            kind=kind,
+                            size=size,
+                            tokens_per_sequence=tokens,
+                            kv_bytes=rec["kv_cache_bytes_per_gpu"],
+                            weights_measured=summary["weight_bytes_per_gpu"],
+                            kv_per_token_measured=summary["kv_bytes_per_token_per_gpu"],
+                            peak_allocated=mem["torch_max_allocated"],
+                            nvml_used=mem["nvml_used"],
+                            nvml_minus_cuda_total=mem["nvml_total"] - mem["cuda_total"],
+                            ranks=len(run["ranks"]),
                         )
                     )
     return points
@@ -116,7 +125,9 @@ def test_weights_and_kv_per_token_equal_the_measured_bytes(path):
 def test_weights_plus_kv_within_10_percent_of_allocator_peak(p):
     arch = get_preset(PRESET_OF[p.model])
     tier = Tier(p.tp)
-    estimated = weight_bytes_per_gpu(arch, tier, "bfloat16") + kv_bytes_per_token_per_gpu(arch, tier, "bfloat16") * p.size * p.tokens_per_sequence
+    estimated = (
+        weight_bytes_per_gpu(arch, tier, "bfloat16") + kv_bytes_per_token_per_gpu(arch, tier, "bfloat16") * p.size * p.tokens_per_sequence
+    )
     assert estimated == p.weights_measured + p.kv_bytes  # the KV cache the run allocated, byte for byte
     assert abs(estimated - p.peak_allocated) / p.peak_allocated <= 0.10
 
@@ -151,8 +162,15 @@ def test_nvml_minus_allocator_is_explained_by_the_overhead_term(p):
 def _70b_tp1(concurrency: int, utilization: float) -> object:
     # The runs' largest forward pass was the 1024-token prefill, so vLLM's profiling size is set to it.
     return estimate_memory(
-        get_preset("llama-3-70b"), H200, Tier(1), dtype="bfloat16", max_model_len=1025, concurrency=concurrency, context_len=1025,
-        gpu_memory_utilization=utilization, max_num_batched_tokens=1024,
+        get_preset("llama-3-70b"),
+        H200,
+        Tier(1),
+        dtype="bfloat16",
+        max_model_len=1025,
+        concurrency=concurrency,
+        context_len=1025,
+        gpu_memory_utilization=utilization,
+        max_num_batched_tokens=1024,
     )
 
 
@@ -176,9 +194,7 @@ def test_70b_tp1_does_not_fit_at_all_under_vllm_utilization():
 
 def test_done_criterion_llama_70b_on_h200_ladder():
     arch = get_preset("llama-3-70b")
-    estimates = {
-        tp: estimate_memory(arch, H200, Tier(tp), max_model_len=4096, concurrency=32, context_len=1280) for tp in (1, 2, 4, 8)
-    }
+    estimates = {tp: estimate_memory(arch, H200, Tier(tp), max_model_len=4096, concurrency=32, context_len=1280) for tp in (1, 2, 4, 8)}
     assert not estimates[1].fits
     assert all(estimates[tp].fits_target for tp in (2, 4, 8))
     seqs = [estimates[tp].max_concurrent_sequences for tp in (2, 4, 8)]

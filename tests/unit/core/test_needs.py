@@ -20,8 +20,9 @@ SETTINGS = LadderSettings(metrics_settle_seconds=10)
 
 
 def tier(t=TP1, phase="Pending", **over):
-    return TierResult(tensor_parallel=t.tensor_parallel, pipeline_parallel=t.pipeline_parallel, gpus=t.gpus, name=t.name,
-                      phase=phase, **over)
+    return TierResult(
+        tensor_parallel=t.tensor_parallel, pipeline_parallel=t.pipeline_parallel, gpus=t.gpus, name=t.name, phase=phase, **over
+    )
 
 
 def spec(mode="Measure", product="NVIDIA-H200"):
@@ -49,11 +50,22 @@ def test_needs_pending_and_waiting(phase):
     waiting = phase == "Waiting"
     multi = dict(multi_node=True, nodes=2)
     table = [
-        ("Measure", tier(TP1, phase),
-         Needs(architecture=True, fleet=True, gpu_product="NVIDIA-H200", capacity=CapacityNeed(TP1, join_queue=waiting))),
-        ("Measure", tier(TP2PP2, phase, **multi),
-         Needs(architecture=True, fleet=True, gpu_product="NVIDIA-H200", capacity=CapacityNeed(TP2PP2, join_queue=waiting),
-               leader_worker_set_api=True)),
+        (
+            "Measure",
+            tier(TP1, phase),
+            Needs(architecture=True, fleet=True, gpu_product="NVIDIA-H200", capacity=CapacityNeed(TP1, join_queue=waiting)),
+        ),
+        (
+            "Measure",
+            tier(TP2PP2, phase, **multi),
+            Needs(
+                architecture=True,
+                fleet=True,
+                gpu_product="NVIDIA-H200",
+                capacity=CapacityNeed(TP2PP2, join_queue=waiting),
+                leader_worker_set_api=True,
+            ),
+        ),
         # Simulate mode places no engine on GPUs: no fleet, no capacity check, no group.
         ("Simulate", tier(TP2PP2, phase, **multi), Needs(architecture=True, gpu_product="NVIDIA-H200")),
     ]
@@ -64,8 +76,11 @@ def test_needs_pending_and_waiting(phase):
 def test_needs_deploying():
     table = [
         ("Measure", tier(TP1, "Deploying"), Needs(architecture=True, fleet=True, gpu_product="NVIDIA-H200", engine=EngineNeed(TP1, False))),
-        ("Measure", tier(TP2PP2, "Deploying", multi_node=True, nodes=2),
-         Needs(architecture=True, fleet=True, gpu_product="NVIDIA-H200", engine=EngineNeed(TP2PP2, True))),
+        (
+            "Measure",
+            tier(TP2PP2, "Deploying", multi_node=True, nodes=2),
+            Needs(architecture=True, fleet=True, gpu_product="NVIDIA-H200", engine=EngineNeed(TP2PP2, True)),
+        ),
         ("Simulate", tier(TP1, "Deploying"), Needs(architecture=True, gpu_product="NVIDIA-H200", engine=EngineNeed(TP1, False))),
     ]
     for mode, current, expected in table:
@@ -78,11 +93,20 @@ def test_needs_load_testing():
     measured = replace(tier(Tier(2, 1), "Measured"))
     table = [
         # The first tier's load test also asks whether Prometheus scrapes the engine.
-        (status(running), Needs(gpu_product="NVIDIA-H200", engine=EngineNeed(TP1, False), load_test=LoadTestNeed(TP1, 2),
-                                scrape_check=ScrapeCheckNeed(TP1, T0))),
+        (
+            status(running),
+            Needs(
+                gpu_product="NVIDIA-H200",
+                engine=EngineNeed(TP1, False),
+                load_test=LoadTestNeed(TP1, 2),
+                scrape_check=ScrapeCheckNeed(TP1, T0),
+            ),
+        ),
         (status(measured, running), Needs(gpu_product="NVIDIA-H200", engine=EngineNeed(TP1, False), load_test=LoadTestNeed(TP1, 2))),
-        (status(replace(running, attempts=None, load_test_started_at=None)),
-         Needs(gpu_product="NVIDIA-H200", engine=EngineNeed(TP1, False), load_test=LoadTestNeed(TP1, 1))),
+        (
+            status(replace(running, attempts=None, load_test_started_at=None)),
+            Needs(gpu_product="NVIDIA-H200", engine=EngineNeed(TP1, False), load_test=LoadTestNeed(TP1, 1)),
+        ),
     ]
     for st, expected in table:
         assert needs(spec(), st) == expected, st
@@ -91,11 +115,15 @@ def test_needs_load_testing():
 def test_needs_collecting():
     window = dict(load_test_started_at=rfc3339(T0), load_test_finished_at=rfc3339(T0 + 60))
     table = [
-        (tier(TP1, "Collecting", **window),
-         Needs(architecture=True, gpu_product="NVIDIA-H200", metrics=MetricsNeed(TP1, T0, T0 + 60, T0 + 70, traced=True))),
+        (
+            tier(TP1, "Collecting", **window),
+            Needs(architecture=True, gpu_product="NVIDIA-H200", metrics=MetricsNeed(TP1, T0, T0 + 60, T0 + 70, traced=True)),
+        ),
         # A multi-node tier runs no trace sidecar: its trace figures are not required.
-        (tier(TP2PP2, "Collecting", multi_node=True, nodes=2, **window),
-         Needs(architecture=True, gpu_product="NVIDIA-H200", metrics=MetricsNeed(TP2PP2, T0, T0 + 60, T0 + 70, traced=False))),
+        (
+            tier(TP2PP2, "Collecting", multi_node=True, nodes=2, **window),
+            Needs(architecture=True, gpu_product="NVIDIA-H200", metrics=MetricsNeed(TP2PP2, T0, T0 + 60, T0 + 70, traced=False)),
+        ),
         (tier(TP1, "Collecting"), Needs(architecture=True, gpu_product="NVIDIA-H200")),
     ]
     for current, expected in table:
@@ -114,4 +142,6 @@ def test_needs_when_the_ladder_is_over():
 def test_needs_names_the_product_recorded_at_placement_when_the_spec_names_none():
     placed = tier(TP1, "Collecting", gpu_product="NVIDIA-H100-80GB-HBM3")
     assert needs(spec(product=None), status(placed)).gpu_product == "NVIDIA-H100-80GB-HBM3"
-    assert needs(spec(product=None), status(tier(TP1, "Measured", gpu_product="NVIDIA-H200"), tier(Tier(2, 1)))).gpu_product == "NVIDIA-H200"
+    assert (
+        needs(spec(product=None), status(tier(TP1, "Measured", gpu_product="NVIDIA-H200"), tier(Tier(2, 1)))).gpu_product == "NVIDIA-H200"
+    )

@@ -52,7 +52,9 @@ def test_out_of_memory_is_read_from_the_log_tail_when_the_kubelet_says_error() -
 
 def test_crash_loop_message_is_the_engines_last_words() -> None:
     words = "kneepoint sim: --block-size: must be one of 1, 8, 16, 32, 64, 128; got 7"
-    pod = _pod({"exitCode": 2, "reason": "Error", "message": words}, waiting={"reason": "CrashLoopBackOff", "message": "back-off 20s"}, restarts=3)
+    pod = _pod(
+        {"exitCode": 2, "reason": "Error", "message": words}, waiting={"reason": "CrashLoopBackOff", "message": "back-off 20s"}, restarts=3
+    )
     state = pod_status.engine_state({"metadata": {}}, [pod])
     assert state.start_failure == START_CRASH_LOOP and state.restarts == 3
     assert state.failure_message == words
@@ -100,4 +102,7 @@ def test_not_ready_and_cordoned_nodes_do_not_count() -> None:
     down["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     cordoned = _node("h200-8")
     cordoned["spec"]["unschedulable"] = True
-    assert fleet.placement_problem([down, cordoned], "nvidia.com/gpu", None, {}) == "spec.placement.gpuResource: no Ready node offers nvidia.com/gpu"
+    assert (
+        fleet.placement_problem([down, cordoned], "nvidia.com/gpu", None, {})
+        == "spec.placement.gpuResource: no Ready node offers nvidia.com/gpu"
+    )

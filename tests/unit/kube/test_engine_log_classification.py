@@ -32,12 +32,22 @@ def crash_looping_pod(message: str, restarts: int = 1) -> dict[str, Any]:
         "spec": {"nodeName": "h200-0"},
         "status": {
             "conditions": [{"type": "Ready", "status": "False"}],
-            "containerStatuses": [{
-                "name": "engine", "restartCount": restarts,
-                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}},
-                "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": message,
-                                             "containerID": "containerd://run1", "finishedAt": "2026-12-01T18:27:12Z"}},
-            }],
+            "containerStatuses": [
+                {
+                    "name": "engine",
+                    "restartCount": restarts,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}},
+                    "lastState": {
+                        "terminated": {
+                            "exitCode": 1,
+                            "reason": "Error",
+                            "message": message,
+                            "containerID": "containerd://run1",
+                            "finishedAt": "2026-12-01T18:27:12Z",
+                        }
+                    },
+                }
+            ],
         },
     }
 
@@ -78,18 +88,20 @@ def test_a_log_that_could_not_be_read_falls_back_to_the_termination_message() ->
 
 def _tp2_log(root_cause: str) -> str:
     """vLLM's shape with TP > 1 (multiproc executor): the worker's traceback, the EngineCore's pointer, the API server's."""
-    return "\n".join([
-        "(Worker_TP1 pid=412) INFO 12-01 18:26:14 [model_runner.py:281] Loading model from scratch...",
-        "(Worker_TP1 pid=412) ERROR 12-01 18:26:16 [multiproc_executor.py:772] WorkerProc failed to start.",
-        "(Worker_TP1 pid=412) ERROR 12-01 18:26:16 [multiproc_executor.py:772] Traceback (most recent call last):",
-        '(Worker_TP1 pid=412) ERROR 12-01 18:26:16 [multiproc_executor.py:772]   File "site-packages/vllm/v1/executor/multiproc_executor.py", line 743, in worker_main',
-        f"(Worker_TP1 pid=412) ERROR 12-01 18:26:16 [multiproc_executor.py:772] {root_cause}",
-        "(EngineCore pid=300) ERROR 12-01 18:26:20 [core.py:1231] EngineCore failed to start.",
-        "(EngineCore pid=300) ERROR 12-01 18:26:20 [core.py:1231] Exception: WorkerProc initialization failed due to an exception "
-        "in a background process. See stack trace for root cause.",
-        "(APIServer pid=200) Traceback (most recent call last):",
-        f"(APIServer pid=200) {POINTER}",
-    ])
+    return "\n".join(
+        [
+            "(Worker_TP1 pid=412) INFO 12-01 18:26:14 [model_runner.py:281] Loading model from scratch...",
+            "(Worker_TP1 pid=412) ERROR 12-01 18:26:16 [multiproc_executor.py:772] WorkerProc failed to start.",
+            "(Worker_TP1 pid=412) ERROR 12-01 18:26:16 [multiproc_executor.py:772] Traceback (most recent call last):",
+            '(Worker_TP1 pid=412) ERROR 12-01 18:26:16 [multiproc_executor.py:772]   File "site-packages/vllm/v1/executor/multiproc_executor.py", line 743, in worker_main',
+            f"(Worker_TP1 pid=412) ERROR 12-01 18:26:16 [multiproc_executor.py:772] {root_cause}",
+            "(EngineCore pid=300) ERROR 12-01 18:26:20 [core.py:1231] EngineCore failed to start.",
+            "(EngineCore pid=300) ERROR 12-01 18:26:20 [core.py:1231] Exception: WorkerProc initialization failed due to an exception "
+            "in a background process. See stack trace for root cause.",
+            "(APIServer pid=200) Traceback (most recent call last):",
+            f"(APIServer pid=200) {POINTER}",
+        ]
+    )
 
 
 def test_tp2_worker_out_of_memory_is_read_from_the_workers_lines() -> None:
@@ -105,9 +117,11 @@ def test_tp2_worker_failure_that_is_not_memory_names_the_workers_exception_not_t
 
 
 def test_kv_pool_too_small_for_max_model_len_is_out_of_memory() -> None:
-    line = ("ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, "
-            "which is larger than the available KV cache memory (9.50 GiB). Based on the available memory, the estimated maximum "
-            "model length is 77824. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+    line = (
+        "ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, "
+        "which is larger than the available KV cache memory (9.50 GiB). Based on the available memory, the estimated maximum "
+        "model length is 77824. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+    )
     cause = pod_status.classify_engine_output(f"(EngineCore pid=3) ERROR 12-01 18:27:09 [core.py:1231] {line}\n")
     assert cause is not None and cause.out_of_memory and cause.line == line
 

@@ -102,8 +102,10 @@ def test_a_multi_node_group_passes_vllm_033s_parser_on_leader_and_workers():
 
 
 def test_the_checker_itself_refuses_what_vllm_would():
-    assert vllm_033_accepts(["--model", "m"]) == ["the model must be the first (positional) argument",
-                                                   "--model is deprecated in vllm serve (the positional model replaces it)"]
+    assert vllm_033_accepts(["--model", "m"]) == [
+        "the model must be the first (positional) argument",
+        "--model is deprecated in vllm serve (the positional model replaces it)",
+    ]
     assert vllm_033_accepts(["m", "--no-such-flag", "1"]) == ["unknown flag --no-such-flag", "unknown flag 1"]
     assert vllm_033_accepts(["m", "--dtype", "bf16"]) == ["--dtype bf16: not one of vLLM's choices"]
     assert vllm_033_accepts(["m", "-tp", "2", "--enforce-eager", "--no-enable-prefix-caching", "--max-model-len=4096"]) == []
@@ -168,8 +170,12 @@ def test_requests_can_be_set_in_the_spec():
 
 
 def test_a_multi_node_pod_requests_for_its_own_gpus():
-    lws = manifests.build_engine_leader_worker_set(spec(model={"uri": "hf://meta-llama/Llama-3.1-70B-Instruct"}), OWNER, Tier(8, 2),
-                                                   manifests.BuildContext(gpu_product="NVIDIA-H200", architecture=get_preset("llama-3-70b")))
+    lws = manifests.build_engine_leader_worker_set(
+        spec(model={"uri": "hf://meta-llama/Llama-3.1-70B-Instruct"}),
+        OWNER,
+        Tier(8, 2),
+        manifests.BuildContext(gpu_product="NVIDIA-H200", architecture=get_preset("llama-3-70b")),
+    )
     for role in ("leaderTemplate", "workerTemplate"):
         pod = lws["spec"]["leaderWorkerTemplate"][role]["spec"]
         requests = pod["containers"][0]["resources"]["requests"]

@@ -75,7 +75,11 @@ def _objects(example: Path) -> list[dict[str, Any]]:
     else:
         out.append(
             kserve.build_inference_service(
-                spec, owner.name, owner.namespace, decision, kserve.checkpoint_bytes(spec, architecture),
+                spec,
+                owner.name,
+                owner.namespace,
+                decision,
+                kserve.checkpoint_bytes(spec, architecture),
                 prometheus_url=OperatorSettings().prometheus_url,
             )
         )
@@ -95,7 +99,9 @@ def test_builders_write_the_golden_manifests(example: Path) -> None:
         GOLDEN.mkdir(exist_ok=True)
         golden.write_text(text, encoding="utf-8")
     assert golden.exists(), f"{golden.relative_to(ROOT)} is missing: write it with {COMMAND}"
-    assert golden.read_text(encoding="utf-8") == text, f"the builders' output differs from {golden.relative_to(ROOT)}: if intended, {COMMAND} and review the diff"
+    assert golden.read_text(encoding="utf-8") == text, (
+        f"the builders' output differs from {golden.relative_to(ROOT)}: if intended, {COMMAND} and review the diff"
+    )
 
 
 def test_every_golden_file_has_its_example() -> None:

@@ -7,7 +7,7 @@ import pytest
 from kneepoint.core import node_labels
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.tiers import Tier
-from kneepoint.kube import fleet, manifests, naming
+from kneepoint.kube import fleet, manifests
 
 OWNER = manifests.Owner("llama8b", "team-a", "uid-1")
 SPEC = parse_spec({"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct"}, "placement": {"gpuProduct": "NVIDIA-H200"}})

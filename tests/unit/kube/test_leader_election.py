@@ -246,8 +246,9 @@ def test_timing_is_validated_and_read_from_the_environment() -> None:
         le.ElectionTiming(lease_duration=10, renew_deadline=10)
     with pytest.raises(ValueError, match="retry period"):
         le.ElectionTiming(lease_duration=15, renew_deadline=2, retry_period=2)
-    timing = le.timing_from_env({"KNEEPOINT_LEASE_DURATION_SECONDS": "6", "KNEEPOINT_RENEW_DEADLINE_SECONDS": "4",
-                                 "KNEEPOINT_RETRY_PERIOD_SECONDS": "1"})
+    timing = le.timing_from_env(
+        {"KNEEPOINT_LEASE_DURATION_SECONDS": "6", "KNEEPOINT_RENEW_DEADLINE_SECONDS": "4", "KNEEPOINT_RETRY_PERIOD_SECONDS": "1"}
+    )
     assert (timing.lease_duration, timing.renew_deadline, timing.retry_period) == (6, 4, 1)
     with pytest.raises(ValueError, match="KNEEPOINT_RETRY_PERIOD_SECONDS='x'"):
         le.timing_from_env({"KNEEPOINT_RETRY_PERIOD_SECONDS": "x"})
@@ -271,8 +272,10 @@ async def test_the_child_writer_makes_no_call_once_the_fence_closes() -> None:
 
 def test_a_local_operator_finds_the_namespace_of_the_held_lease_of_its_scope() -> None:
     def lease(namespace: str, holder: str | None, renewed: str) -> dict[str, Any]:
-        return {"metadata": {"name": "kneepoint-operator-all", "namespace": namespace},
-                "spec": {"holderIdentity": holder, "renewTime": renewed}}
+        return {
+            "metadata": {"name": "kneepoint-operator-all", "namespace": namespace},
+            "spec": {"holderIdentity": holder, "renewTime": renewed},
+        }
 
     class Listing:
         def __init__(self, items: list[dict[str, Any]] | None, status: int = 200) -> None:

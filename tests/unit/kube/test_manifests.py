@@ -5,7 +5,6 @@ import json
 import pytest
 
 from kneepoint.core.spec import parse_spec
-from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import manifests, naming
 
@@ -15,7 +14,11 @@ CTX = manifests.BuildContext(operator_image="ghcr.io/kneepoint/kneepoint:test", 
 
 def spec(**over):
     base = {
-        "model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "architecture": {"preset": "llama-3-8b"}, "hubTokenSecretRef": {"name": "hf", "key": "token"}},
+        "model": {
+            "uri": "hf://meta-llama/Llama-3.1-8B-Instruct",
+            "architecture": {"preset": "llama-3-8b"},
+            "hubTokenSecretRef": {"name": "hf", "key": "token"},
+        },
         "load": {"concurrency": 16},
         "placement": {"gpuProduct": "NVIDIA-H200", "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]},
     }
@@ -27,7 +30,12 @@ def test_engine_deployment_measure_mode():
     d = manifests.build_engine_deployment(spec(), OWNER, Tier(4, 1), CTX, preferred_node="h200-1")
     assert d["metadata"]["name"] == "llama8b-tp4-pp1"
     assert d["metadata"]["ownerReferences"][0] == {
-        "apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment", "name": "llama8b", "uid": "uid-1", "controller": True, "blockOwnerDeletion": True,
+        "apiVersion": "kneepoint.io/v1alpha1",
+        "kind": "ParallelismExperiment",
+        "name": "llama8b",
+        "uid": "uid-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
     }
     pod = d["spec"]["template"]["spec"]
     c, _trace = pod["containers"]
@@ -120,8 +128,13 @@ def test_engine_profiles_into_a_shared_emptydir_read_by_the_trace_sidecar(mode):
     engine, sidecar = pod["containers"]
     config = json.loads(engine["args"][engine["args"].index("--profiler-config") + 1])
     # The same JSON vLLM's --profiler-config takes (vllm/config/profiler.py), no stacks, bounded steps.
-    assert config == {"profiler": "torch", "torch_profiler_dir": manifests.PROFILES_DIR, "torch_profiler_with_stack": False,
-                      "ignore_frontend": True, "max_iterations": manifests.PROFILE_MAX_ITERATIONS}
+    assert config == {
+        "profiler": "torch",
+        "torch_profiler_dir": manifests.PROFILES_DIR,
+        "torch_profiler_with_stack": False,
+        "ignore_frontend": True,
+        "max_iterations": manifests.PROFILE_MAX_ITERATIONS,
+    }
     mount = {"name": manifests.PROFILES_VOLUME, "mountPath": manifests.PROFILES_DIR}
     assert mount in engine["volumeMounts"] and sidecar["volumeMounts"] == [mount]
     assert {"name": manifests.PROFILES_VOLUME, "emptyDir": {"sizeLimit": "2Gi"}} in pod["volumes"]

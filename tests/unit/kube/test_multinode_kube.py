@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from kneepoint.core import placement
-from kneepoint.core import node_labels
+from kneepoint.core import node_labels, placement
 from kneepoint.core import observations as obs
 from kneepoint.core.spec import parse_spec
-from kneepoint.core.status import Decision
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import fleet, manifests, naming, pod_status
 
 OWNER = manifests.Owner("big", "team-a", "uid-1")
-CTX = manifests.BuildContext(operator_image="ghcr.io/kneepoint/kneepoint:test", architecture_json="llama-3.1-405b",
-                             gpu_product="NVIDIA-H100-80GB-HBM3")
+CTX = manifests.BuildContext(
+    operator_image="ghcr.io/kneepoint/kneepoint:test", architecture_json="llama-3.1-405b", gpu_product="NVIDIA-H100-80GB-HBM3"
+)
 
 
 def spec(**placement):
@@ -68,8 +67,9 @@ def test_leader_worker_set_group_of_pp_pods_with_tp_gpus_each():
 
 
 def test_topology_key_becomes_the_exclusive_topology_annotation():
-    lws = manifests.build_engine_leader_worker_set(spec(multiNodeTopologyKey="example.com/rack"), OWNER, Tier(8, 2), CTX,
-                                                   topology_key="example.com/rack")
+    lws = manifests.build_engine_leader_worker_set(
+        spec(multiNodeTopologyKey="example.com/rack"), OWNER, Tier(8, 2), CTX, topology_key="example.com/rack"
+    )
     assert lws["metadata"]["annotations"][naming.LWS_EXCLUSIVE_TOPOLOGY] == "example.com/rack"
 
 
@@ -88,8 +88,12 @@ def test_leader_only_service_selects_the_leader():
 
 READY = {"type": "Ready", "status": "True"}
 NOT_READY = {"type": "Ready", "status": "False"}
-UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                 "message": "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) had untolerated taint."}
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) had untolerated taint.",
+}
 LWS = {"metadata": {"name": "big-tp8-pp2"}, "spec": {"leaderWorkerTemplate": {"size": 2}}}
 
 
@@ -127,7 +131,11 @@ def test_group_not_yet_created_or_missing():
 def test_group_container_failures_read_like_a_deployments():
     leader = member("big-tp8-pp2-0", "leader", "h100-0", [])
     leader["status"]["containerStatuses"] = [
-        {"name": "engine", "restartCount": 1, "state": {"terminated": {"reason": "Error", "message": "torch.OutOfMemoryError: CUDA out of memory."}}}
+        {
+            "name": "engine",
+            "restartCount": 1,
+            "state": {"terminated": {"reason": "Error", "message": "torch.OutOfMemoryError: CUDA out of memory."}},
+        }
     ]
     worker = member("big-tp8-pp2-0-1", "worker", "h100-1", [READY], "1")
     state = pod_status.group_state(LWS, [leader, worker])
@@ -139,11 +147,14 @@ def test_fleet_view_fills_the_topology_domain():
         labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", node_labels.NODE_NVLINK_DOMAIN_SIZE: "8"}
         if rack:
             labels["example.com/rack"] = rack
-        return {"metadata": {"name": name, "labels": labels},
-                "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]}}
+        return {
+            "metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        }
 
-    view = fleet.fleet_view([node("a", "r1"), node("b", "r1"), node("c", None)], [], "nvidia.com/gpu", None, {},
-                                 topology_key="example.com/rack")
+    view = fleet.fleet_view(
+        [node("a", "r1"), node("b", "r1"), node("c", None)], [], "nvidia.com/gpu", None, {}, topology_key="example.com/rack"
+    )
     assert [d.topology_domain for d in view.domains] == ["r1", "r1", None]
     assert placement.can_ever_hold_group(view, 8, 2, True, "example.com/rack")
     assert not placement.can_ever_hold_group(view, 8, 3, True, "example.com/rack")  # c has no rack label

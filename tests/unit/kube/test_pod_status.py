@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from kneepoint.core import placement
 from kneepoint.core import observations as obs
+from kneepoint.core import placement
 from kneepoint.kube import fleet, load_test_result, pod_status
 
 
@@ -22,7 +22,12 @@ def pod(conditions=(), statuses=(), node="h200-0", deleting=False):
 
 DEPLOYMENT = {"metadata": {"name": "d"}}
 READY = {"type": "Ready", "status": "True"}
-UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+}
 
 
 @pytest.mark.parametrize(
@@ -31,17 +36,57 @@ UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedul
         ([pod([READY])], (True, None)),
         ([pod([UNSCHEDULABLE], node=None)], (False, obs.START_UNSCHEDULABLE)),
         (
-            [pod(statuses=[{"name": "engine", "restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                            "lastState": {"terminated": {"reason": "Error", "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"}}}])],
+            [
+                pod(
+                    statuses=[
+                        {
+                            "name": "engine",
+                            "restartCount": 2,
+                            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                            "lastState": {
+                                "terminated": {
+                                    "reason": "Error",
+                                    "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                                }
+                            },
+                        }
+                    ]
+                )
+            ],
             (False, obs.START_OUT_OF_MEMORY),
         ),
         (
-            [pod(statuses=[{"name": "engine", "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
-                            "lastState": {"terminated": {"reason": "Error", "message": "ValueError: bad flag"}}}])],
+            [
+                pod(
+                    statuses=[
+                        {
+                            "name": "engine",
+                            "restartCount": 4,
+                            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                            "lastState": {"terminated": {"reason": "Error", "message": "ValueError: bad flag"}},
+                        }
+                    ]
+                )
+            ],
             (False, obs.START_CRASH_LOOP),
         ),
-        ([pod(statuses=[{"name": "engine", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}])], (False, obs.START_IMAGE_PULL)),
-        ([pod(statuses=[{"name": "engine", "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "secret \"hf\" not found"}}}])], (False, obs.START_CONFIG_ERROR)),
+        (
+            [pod(statuses=[{"name": "engine", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}])],
+            (False, obs.START_IMAGE_PULL),
+        ),
+        (
+            [
+                pod(
+                    statuses=[
+                        {
+                            "name": "engine",
+                            "state": {"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "hf" not found'}},
+                        }
+                    ]
+                )
+            ],
+            (False, obs.START_CONFIG_ERROR),
+        ),
         ([pod(statuses=[{"name": "engine", "state": {"terminated": {"reason": "OOMKilled"}}}])], (False, obs.START_OUT_OF_MEMORY)),
         ([pod([READY], deleting=True)], (False, None)),
         ([], (False, None)),
@@ -58,7 +103,16 @@ def test_engine_state_without_deployment():
 
 
 def test_crash_loop_counts_restarts():
-    p = pod(statuses=[{"name": "engine", "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": {"terminated": {"message": "boom"}}}])
+    p = pod(
+        statuses=[
+            {
+                "name": "engine",
+                "restartCount": 4,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"message": "boom"}},
+            }
+        ]
+    )
     state = pod_status.engine_state(DEPLOYMENT, [p])
     assert state.restarts == 4 and state.failure_message == "boom"
 
@@ -67,7 +121,17 @@ def test_crash_loop_counts_restarts():
     "conditions, expected",
     [
         ([{"type": "Complete", "status": "True"}], (True, False)),
-        ([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}], (False, True)),
+        (
+            [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit",
+                }
+            ],
+            (False, True),
+        ),
         ([{"type": "Failed", "status": "False"}], (False, False)),
         ([], (False, False)),
     ],
@@ -82,8 +146,20 @@ def test_job_outcome(conditions, expected):
 def test_termination_message_takes_latest_and_parses_summary():
     summary = {"v": 1, "ok": True, "outputTokensPerSecond": 1234.5}
     pods = [
-        {"status": {"containerStatuses": [{"name": "loadgen", "state": {"terminated": {"finishedAt": "2026-01-01T00:00:01Z", "message": "old"}}}]}},
-        {"status": {"containerStatuses": [{"name": "loadgen", "state": {"terminated": {"finishedAt": "2026-01-01T00:00:09Z", "message": json.dumps(summary)}}}]}},
+        {
+            "status": {
+                "containerStatuses": [
+                    {"name": "loadgen", "state": {"terminated": {"finishedAt": "2026-01-01T00:00:01Z", "message": "old"}}}
+                ]
+            }
+        },
+        {
+            "status": {
+                "containerStatuses": [
+                    {"name": "loadgen", "state": {"terminated": {"finishedAt": "2026-01-01T00:00:09Z", "message": json.dumps(summary)}}}
+                ]
+            }
+        },
     ]
     message = load_test_result.termination_message(pods, "loadgen")
     assert load_test_result.parse_summary(message) == summary

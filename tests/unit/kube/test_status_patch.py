@@ -1,4 +1,5 @@
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kneepoint.kube.status_patch import merge_patch
 
@@ -20,7 +21,12 @@ def test_removed_keys_become_null_and_lists_replace():
     old = {"phase": "Profiling", "waitingFor": "GPUs", "tiers": [{"name": "a"}], "decision": {"rule": "x", "replicas": 2}}
     new = {"phase": "Decided", "tiers": [{"name": "a"}, {"name": "b"}], "decision": {"rule": "y"}}
     patch = merge_patch(old, new)
-    assert patch == {"waitingFor": None, "phase": "Decided", "tiers": [{"name": "a"}, {"name": "b"}], "decision": {"replicas": None, "rule": "y"}}
+    assert patch == {
+        "waitingFor": None,
+        "phase": "Decided",
+        "tiers": [{"name": "a"}, {"name": "b"}],
+        "decision": {"replicas": None, "rule": "y"},
+    }
     assert apply_merge_patch(old, patch) == new
 
 
@@ -33,6 +39,9 @@ json_leaf = st.one_of(st.integers(), st.text(max_size=5), st.booleans(), st.list
 json_doc = st.recursive(json_leaf, lambda children: st.dictionaries(st.text(min_size=1, max_size=4), children, max_size=4), max_leaves=12)
 
 
-@given(st.dictionaries(st.text(min_size=1, max_size=4), json_doc, max_size=5), st.dictionaries(st.text(min_size=1, max_size=4), json_doc, max_size=5))
+@given(
+    st.dictionaries(st.text(min_size=1, max_size=4), json_doc, max_size=5),
+    st.dictionaries(st.text(min_size=1, max_size=4), json_doc, max_size=5),
+)
 def test_patch_turns_old_into_new(old, new):
     assert apply_merge_patch(old, merge_patch(old, new)) == new

@@ -69,7 +69,9 @@ class StubServer:
         await asyncio.sleep(self.ttft_ms / 1000.0)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens}
         if not body.get("stream"):
-            choice = {"index": 0, "message": {"role": "assistant", "content": "w " * tokens}} if chat else {"index": 0, "text": "w " * tokens}
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": "w " * tokens}} if chat else {"index": 0, "text": "w " * tokens}
+            )
             return web.json_response({"choices": [choice], "usage": usage})
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)

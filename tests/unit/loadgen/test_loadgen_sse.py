@@ -63,7 +63,7 @@ def test_any_split_equals_whole(cuts: list[int]) -> None:
 
 
 def test_crlf_split_between_chunks_and_comments() -> None:
-    raw = b": keep-alive\r\ndata: {\"choices\": []}\r\n\r\nevent: x\r\nid: 3\r\nretry: 10\r\ndata: [DONE]\r\n\r\n"
+    raw = b': keep-alive\r\ndata: {"choices": []}\r\n\r\nevent: x\r\nid: 3\r\nretry: 10\r\ndata: [DONE]\r\n\r\n'
     cut = raw.index(b"\r\n") + 1  # CR in one chunk, LF in the next
     events = _decode_all([raw[:cut], raw[cut:]])
     assert [e.data for e in events] == ['{"choices": []}', "[DONE]"]
@@ -128,8 +128,11 @@ def test_chat_role_chunk_is_not_output_but_reasoning_is() -> None:
 
 
 def test_response_id_is_the_first_chunks_id() -> None:
-    raw = _stream({"id": "chatcmpl-a", "choices": [{"index": 0, "delta": {"content": "x"}}]},
-                  {"id": "chatcmpl-b", "choices": [{"index": 0, "delta": {"content": "y"}}]}, "[DONE]")
+    raw = _stream(
+        {"id": "chatcmpl-a", "choices": [{"index": 0, "delta": {"content": "x"}}]},
+        {"id": "chatcmpl-b", "choices": [{"index": 0, "delta": {"content": "y"}}]},
+        "[DONE]",
+    )
     assert _run(_decode_all([raw]), [0.1, 0.2, 0.3]).response_id == "chatcmpl-a"
     assert _run(_decode_all([VLLM_LIKE]), [1.0, 1.25, 1.3, 1.31]).response_id is None
 

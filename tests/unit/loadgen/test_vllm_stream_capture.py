@@ -23,7 +23,7 @@ def recorded(name: str) -> list[tuple[float, str]]:
     """(arrival seconds after the POST, data payload) of each SSE data line of a raw capture."""
     with gzip.open(DATA / name, "rt") as f:
         rows = [json.loads(line) for line in f]
-    return [(r["t"], r["line"][len("data: "):]) for r in rows[1:] if r.get("line", "").startswith("data: ")]
+    return [(r["t"], r["line"][len("data: ") :]) for r in rows[1:] if r.get("line", "").startswith("data: ")]
 
 
 def kneepoint_rule(events: list[tuple[float, str]]) -> CompletionStream:
@@ -88,7 +88,7 @@ def test_an_empty_delta_after_the_first_token_is_a_step() -> None:
 
 def test_the_api_samples_stream_counts_three_tokens_and_not_the_usage_chunk() -> None:
     text = (DATA / "8b-tp1-api-samples.txt").read_text().split("## stream\n", 1)[1].split("## bad", 1)[0]
-    payloads = [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+    payloads = [line[len("data: ") :] for line in text.splitlines() if line.startswith("data: ")]
     state = kneepoint_rule([(0.001 * i, p) for i, p in enumerate(payloads)])
     assert state.done and state.output_chunks == 3 and len(state.gaps) == 2
     assert state.last_output_at == pytest.approx(0.002) and state.usage["completion_tokens"] == 3

@@ -15,9 +15,17 @@ def answers(expr: str) -> list[dict[str, Any]]:
         return [{"metric": {"gpu": "1"}, "value": [0, "61440"]}, {"metric": {"gpu": "0"}, "value": [0, "62464"]}]
     if expr.startswith("avg by (gpu, UUID)"):
         return [{"metric": {"gpu": "0"}, "value": [0, "92"]}, {"metric": {"gpu": "1"}, "value": [0, "60"]}]
-    for name, value in ((promql.COMM_FRACTION, "0.19"), (promql.RANK_SKEW_FRACTION, "0.006"), (promql.PCIE_TX, "1e9"),
-                        (promql.PCIE_RX, "5e8"), (promql.NVLINK_TX, None), (promql.FB_USED, "62464"), (promql.KV_USAGE, "0.3"),
-                        (promql.PREEMPTIONS, "0"), (promql.GPU_UTIL, "76")):
+    for name, value in (
+        (promql.COMM_FRACTION, "0.19"),
+        (promql.RANK_SKEW_FRACTION, "0.006"),
+        (promql.PCIE_TX, "1e9"),
+        (promql.PCIE_RX, "5e8"),
+        (promql.NVLINK_TX, None),
+        (promql.FB_USED, "62464"),
+        (promql.KV_USAGE, "0.3"),
+        (promql.PREEMPTIONS, "0"),
+        (promql.GPU_UTIL, "76"),
+    ):
         if name in expr:
             return [] if value is None else [{"metric": {}, "value": [0, value]}]
     raise AssertionError(expr)

@@ -24,6 +24,8 @@ def test_label_values_are_escaped():
 def test_trace_queries_take_the_sidecars_last_value_and_no_simulator_only_metric_is_left():
     queries = {q.name: q.expr for q in promql.trace_queries("team-a", "exp-tp2-pp1", 120)}
     assert set(queries) == {"kneepoint_comm_fraction", "kneepoint_rank_skew_fraction"}
-    assert queries[promql.COMM_FRACTION] == r'max(last_over_time(kneepoint_comm_fraction{namespace="team-a",pod=~"exp\\-tp2\\-pp1-.*"}[120s]))'
+    assert (
+        queries[promql.COMM_FRACTION] == r'max(last_over_time(kneepoint_comm_fraction{namespace="team-a",pod=~"exp\\-tp2\\-pp1-.*"}[120s]))'
+    )
     names = [v for k, v in vars(promql).items() if k.isupper() and isinstance(v, str)]
     assert not [n for n in names if "sim" in n.lower()], names

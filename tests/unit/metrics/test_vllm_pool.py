@@ -57,8 +57,13 @@ def real_peak_kv_usage() -> float:
 def capture_estimate():
     # The capture's workload: deploy/examples/experiment.yaml (32 x (1024 + 256) tokens, maxModelLen 4096).
     return estimate_memory(
-        get_preset("llama-3-8b"), get_gpu_type("h200"), Tier(1, 1),
-        max_model_len=4096, concurrency=32, context_len=1280, gpu_memory_utilization=0.9,
+        get_preset("llama-3-8b"),
+        get_gpu_type("h200"),
+        Tier(1, 1),
+        max_model_len=4096,
+        concurrency=32,
+        context_len=1280,
+        gpu_memory_utilization=0.9,
     )
 
 

@@ -52,7 +52,11 @@ def test_daemonset_runs_the_probe_loop_as_non_root() -> None:
     assert security["runAsNonRoot"] is True and security["runAsUser"] != 0
     assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
     assert "privileged" not in security
-    assert ds["metadata"] == {"name": "kneepoint-probe", "namespace": "kneepoint-system", "labels": ds["spec"]["template"]["metadata"]["labels"]}
+    assert ds["metadata"] == {
+        "name": "kneepoint-probe",
+        "namespace": "kneepoint-system",
+        "labels": ds["spec"]["template"]["metadata"]["labels"],
+    }
     selector = ds["spec"]["selector"]["matchLabels"]
     assert selector.items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     assert ds["spec"]["template"]["spec"]["serviceAccountName"] == "kneepoint-probe"

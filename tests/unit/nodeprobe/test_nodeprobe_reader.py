@@ -88,7 +88,13 @@ def test_fabric_function_missing_from_the_driver_is_recorded_as_an_error() -> No
 
 def test_fabric_struct_is_filled_through_byref() -> None:
     recording = load("nvswitch-8gpu")
-    recording["devices"][3]["fabric"] = {"clusterUuid": "0123456789abcdef0123456789abcdef", "status": 0, "cliqueId": 7, "state": 3, "healthMask": 5}
+    recording["devices"][3]["fabric"] = {
+        "clusterUuid": "0123456789abcdef0123456789abcdef",
+        "status": 0,
+        "cliqueId": 7,
+        "state": 3,
+        "healthMask": 5,
+    }
     read = nvml_reader.read_nvml(make_fake_pynvml(recording))
     assert read["devices"][3]["fabric"] == recording["devices"][3]["fabric"]
 

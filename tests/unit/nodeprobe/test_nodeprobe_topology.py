@@ -190,7 +190,11 @@ def _brute_force_maximal_cliques(size: int, edges: set[frozenset[int]]) -> set[t
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(min_value=1, max_value=7).flatmap(lambda n: st.tuples(st.just(n), st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))))))
+@given(
+    st.integers(min_value=1, max_value=7).flatmap(
+        lambda n: st.tuples(st.just(n), st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))))
+    )
+)
 def test_maximal_cliques_match_brute_force(graph: tuple[int, set[tuple[int, int]]]) -> None:
     size, raw = graph
     edges = {frozenset(e) for e in raw if e[0] != e[1]}

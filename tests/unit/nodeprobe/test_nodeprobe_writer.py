@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from nodeprobe_fake_core_api import FakeCoreV1Api
 from kubernetes.client.exceptions import ApiException
+from nodeprobe_fake_core_api import FakeCoreV1Api
 from nodeprobe_recordings import NODE, load
 
 from kneepoint.nodeprobe.node_labels import ANNOTATION_GPU_TOPOLOGY, NodeMarks, node_marks

@@ -10,8 +10,15 @@ from typing import Any
 def node(name: str, gpus: int = 8) -> dict[str, Any]:
     """A Ready H200 node whose GPUs form one NVLink domain."""
     return {
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H200", "kneepoint.io/nvlink-domain-size": str(gpus),
-                                              "kneepoint.io/interconnect": "nvlink", "kneepoint.io/nvlink-domain": f"{name}-nvl0"}},
+        "metadata": {
+            "name": name,
+            "labels": {
+                "nvidia.com/gpu.product": "NVIDIA-H200",
+                "kneepoint.io/nvlink-domain-size": str(gpus),
+                "kneepoint.io/interconnect": "nvlink",
+                "kneepoint.io/nvlink-domain": f"{name}-nvl0",
+            },
+        },
         "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]},
     }
 

@@ -14,12 +14,18 @@ DEFAULT = "http://prometheus-operated.monitoring.svc:9090"
 
 def _kubeconfig(tmp_path: Path, server: str) -> str:
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "here",
-        "contexts": [{"name": "here", "context": {"cluster": "c", "user": "u"}}, {"name": "other", "context": {"cluster": "d"}}],
-        "clusters": [{"name": "c", "cluster": {"server": server}}, {"name": "d", "cluster": {"server": "https://10.0.0.1:6443"}}],
-        "users": [{"name": "u", "user": {}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "here",
+                "contexts": [{"name": "here", "context": {"cluster": "c", "user": "u"}}, {"name": "other", "context": {"cluster": "d"}}],
+                "clusters": [{"name": "c", "cluster": {"server": server}}, {"name": "d", "cluster": {"server": "https://10.0.0.1:6443"}}],
+                "users": [{"name": "u", "user": {}}],
+            }
+        )
+    )
     return str(path)
 
 
@@ -43,7 +49,9 @@ def test_other_context_says_in_one_line_that_the_default_does_not_resolve(tmp_pa
 def test_a_named_url_is_kept_silently(tmp_path: Path) -> None:
     env = {"KNEEPOINT_SANDBOX_DIR": str(tmp_path / "sb")}
     env["KUBECONFIG"] = _kubeconfig(tmp_path, controlplane.resolve(env=env).apiserver_url)
-    assert prometheus_default.choose("http://prom.example:9090", named=True, env=env) == prometheus_default.PrometheusChoice("http://prom.example:9090")
+    assert prometheus_default.choose("http://prom.example:9090", named=True, env=env) == prometheus_default.PrometheusChoice(
+        "http://prom.example:9090"
+    )
 
 
 def test_a_resolvable_default_is_kept(tmp_path: Path) -> None:

@@ -11,10 +11,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from fake_cluster import FakeApi, node
+
 from kneepoint.reconciler import Reconciler
 from kneepoint.settings import OperatorSettings
-
-from fake_cluster import FakeApi, node
 
 NOW = 1_800_000_000.0
 REAL_70B = (Path(__file__).resolve().parents[2] / "data" / "vllm" / "70b-tp1-does-not-fit.log").read_text()
@@ -27,12 +27,16 @@ def _tail(log: str) -> str:
 def _experiment() -> dict[str, Any]:
     # 0.99 lets the estimate deploy TP1; the engine runs under 0.90, as the real capture did.
     return {
-        "apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment",
+        "apiVersion": "kneepoint.io/v1alpha1",
+        "kind": "ParallelismExperiment",
         "metadata": {"name": "llama70b", "namespace": "ns", "uid": "uid-llama70b", "generation": 1},
-        "spec": {"model": {"uri": "hf://meta-llama/Llama-3.3-70B-Instruct", "architecture": {"preset": "llama-3-70b"}, "maxModelLen": 4096},
-                 "engine": {"gpuMemoryUtilization": 0.99, "extraArgs": ["--gpu-memory-utilization", "0.9"]},
-                 "load": {"concurrency": 8},
-                 "tiers": {"tensorParallel": [1]}, "placement": {"gpuProduct": "NVIDIA-H200"}},
+        "spec": {
+            "model": {"uri": "hf://meta-llama/Llama-3.3-70B-Instruct", "architecture": {"preset": "llama-3-70b"}, "maxModelLen": 4096},
+            "engine": {"gpuMemoryUtilization": 0.99, "extraArgs": ["--gpu-memory-utilization", "0.9"]},
+            "load": {"concurrency": 8},
+            "tiers": {"tensorParallel": [1]},
+            "placement": {"gpuProduct": "NVIDIA-H200"},
+        },
     }
 
 
@@ -50,24 +54,39 @@ class LogApi(FakeApi):
         await self._io("engine_pods")
         if not self.created:
             return []
-        return [{
-            "metadata": {"name": "llama70b-tp1-pp1-abc", "namespace": "ns", "uid": "uid-pod"},
-            "spec": {"nodeName": "h200-0"},
-            "status": {"conditions": [{"type": "Ready", "status": "False"}], "containerStatuses": [{
-                "name": "engine", "restartCount": self.restarts,
-                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
-                "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": _tail(REAL_70B),
-                                             "containerID": f"containerd://run{self.restarts}"}},
-            }]},
-        }]
+        return [
+            {
+                "metadata": {"name": "llama70b-tp1-pp1-abc", "namespace": "ns", "uid": "uid-pod"},
+                "spec": {"nodeName": "h200-0"},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "False"}],
+                    "containerStatuses": [
+                        {
+                            "name": "engine",
+                            "restartCount": self.restarts,
+                            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                            "lastState": {
+                                "terminated": {
+                                    "exitCode": 1,
+                                    "reason": "Error",
+                                    "message": _tail(REAL_70B),
+                                    "containerID": f"containerd://run{self.restarts}",
+                                }
+                            },
+                        }
+                    ],
+                },
+            }
+        ]
 
-    async def container_log(self, namespace: str, pod: str, container: str, previous: bool, tail_lines: int, limit_bytes: int) -> str | None:
+    async def container_log(
+        self, namespace: str, pod: str, container: str, previous: bool, tail_lines: int, limit_bytes: int
+    ) -> str | None:
         await self._io("container_log")
         self.log_reads.append((container, previous))
         if previous and not self.previous_served:
             return None
         return self.log
-
 
     async def delete_tier(self, *args: Any) -> None:
         await self._io("delete_tier")

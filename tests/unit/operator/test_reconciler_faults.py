@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from fake_cluster import FakeApi, node
+
+from kneepoint.broker import WaitQueue
 from kneepoint.core.tiers import Tier
 from kneepoint.kube import naming
-from kneepoint.broker import WaitQueue
 from kneepoint.reconciler import Reconciler
 from kneepoint.settings import OperatorSettings
-
-from fake_cluster import FakeApi, node
 
 NOW = 1_800_000_000.0
 
@@ -34,10 +34,14 @@ def gpu_pod(name: str, node_name: str, gpus: int, labels: dict[str, str] | None 
 
 def experiment(name: str) -> dict[str, Any]:
     return {
-        "apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment",
+        "apiVersion": "kneepoint.io/v1alpha1",
+        "kind": "ParallelismExperiment",
         "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1},
-        "spec": {"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "architecture": {"preset": "llama-3-8b"}},
-                 "tiers": {"tensorParallel": [8]}, "placement": {"gpuProduct": "NVIDIA-H200"}},
+        "spec": {
+            "model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "architecture": {"preset": "llama-3-8b"}},
+            "tiers": {"tensorParallel": [8]},
+            "placement": {"gpuProduct": "NVIDIA-H200"},
+        },
     }
 
 

@@ -10,24 +10,28 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from fake_cluster import FakeApi, node
+
 from kneepoint.core.ladder import rfc3339
+from kneepoint.core.needs import needs
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.status import TIER_COLLECTING, ExperimentStatus
-from kneepoint.core.needs import needs
 from kneepoint.reconciler import Reconciler
 from kneepoint.settings import OperatorSettings
-
-from fake_cluster import FakeApi, node
 
 NOW = 1_800_000_000.0
 
 
 def experiment() -> dict[str, Any]:
     return {
-        "apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment",
+        "apiVersion": "kneepoint.io/v1alpha1",
+        "kind": "ParallelismExperiment",
         "metadata": {"name": "x", "namespace": "ns", "uid": "uid-x", "generation": 1},
-        "spec": {"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "architecture": {"preset": "llama-3-8b"}},
-                 "tiers": {"tensorParallel": [1, 2]}, "placement": {"nodeSelector": {"pool": "gpu"}}},
+        "spec": {
+            "model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "architecture": {"preset": "llama-3-8b"}},
+            "tiers": {"tensorParallel": [1, 2]},
+            "placement": {"nodeSelector": {"pool": "gpu"}},
+        },
     }
 
 

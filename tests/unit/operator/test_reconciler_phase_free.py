@@ -20,8 +20,10 @@ def _phase_knowledge(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Name) and node.id in PHASE_NAMES | {"TIER_PHASES"}:
             found.append(f"line {node.lineno}: {node.id}")
-        elif isinstance(node, ast.Attribute) and node.attr in PHASE_NAMES | {"TIER_PHASES"} and not (
-            isinstance(node.value, ast.Name) and node.value.id == "reasons"
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in PHASE_NAMES | {"TIER_PHASES"}
+            and not (isinstance(node.value, ast.Name) and node.value.id == "reasons")
         ):
             found.append(f"line {node.lineno}: .{node.attr}")
         elif isinstance(node, ast.alias) and node.name in PHASE_NAMES | {"TIER_PHASES"}:

@@ -7,19 +7,24 @@ import asyncio
 import math
 from typing import Any
 
+from fake_cluster import FakeApi, node
+
 from kneepoint.handlers.experiment import _sleep
 from kneepoint.reconciler import Reconciler
 from kneepoint.settings import OperatorSettings
 
-from fake_cluster import FakeApi, node
-
 
 def experiment(name: str) -> dict[str, Any]:
     return {
-        "apiVersion": "kneepoint.io/v1alpha1", "kind": "ParallelismExperiment",
+        "apiVersion": "kneepoint.io/v1alpha1",
+        "kind": "ParallelismExperiment",
         "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1},
-        "spec": {"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct"}, "mode": "Measure",
-                 "tiers": {"tensorParallel": [4, 8]}, "placement": {"gpuProduct": "NVIDIA-H200"}},
+        "spec": {
+            "model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct"},
+            "mode": "Measure",
+            "tiers": {"tensorParallel": [4, 8]},
+            "placement": {"gpuProduct": "NVIDIA-H200"},
+        },
     }
 
 
@@ -114,10 +119,16 @@ def test_cached_view_with_reservations_equals_a_fresh_fleet_view():
 
     nodes = [node("h200-0"), node("h200-1"), node("h200-2", gpus=4)]
     pods = [
-        {"metadata": {"name": "p1", "namespace": "x"}, "spec": {"nodeName": "h200-0", "containers": [
-            {"resources": {"requests": {"nvidia.com/gpu": "6"}}}]}, "status": {"phase": "Running"}},
-        {"metadata": {"name": "p2", "namespace": "x"}, "spec": {"nodeName": "h200-2", "containers": [
-            {"resources": {"limits": {"nvidia.com/gpu": "4"}}}]}, "status": {"phase": "Pending"}},
+        {
+            "metadata": {"name": "p1", "namespace": "x"},
+            "spec": {"nodeName": "h200-0", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "6"}}}]},
+            "status": {"phase": "Running"},
+        },
+        {
+            "metadata": {"name": "p2", "namespace": "x"},
+            "spec": {"nodeName": "h200-2", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+            "status": {"phase": "Pending"},
+        },
     ]
     cache = FleetCache(max_age=2.0, nodes=nodes, pods=pods)
     for reserved in ({}, {"h200-0": 4}, {"h200-1": 2, "h200-2": 1}):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+from fake_cluster import FakeApi, node
+
 from kneepoint.core.tiers import Tier
 from kneepoint.metrics import promql
 from kneepoint.reconciler import Reconciler
 from kneepoint.settings import OperatorSettings
-
-from fake_cluster import FakeApi, node
 
 NOW = 1_800_000_000.0
 

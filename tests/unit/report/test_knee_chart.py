@@ -21,8 +21,14 @@ H200 = ChartContext(model="meta-llama/Meta-Llama-3-70B", gpu_product="NVIDIA-H20
 
 def T(tp: int, pp: int = 1, phase: str = "Measured", tps: float | None = None, p99: float | None = None, **kw) -> TierResult:
     return TierResult(
-        tensor_parallel=tp, pipeline_parallel=pp, gpus=tp * pp, name=f"tp{tp}-pp{pp}", phase=phase,
-        output_tokens_per_second=tps, latency_p99_ms=p99, **kw,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        gpus=tp * pp,
+        name=f"tp{tp}-pp{pp}",
+        phase=phase,
+        output_tokens_per_second=tps,
+        latency_p99_ms=p99,
+        **kw,
     )
 
 
@@ -108,8 +114,13 @@ def test_failed_middle_tier_is_marked_and_the_knee_names_throughput_gain():
 
 
 def test_pp_tier_tick_and_knee():
-    tiers = [T(1, phase="Skipped", does_not_fit=True), T(2, phase="Skipped", does_not_fit=True), T(4, phase="Skipped", does_not_fit=True),
-             T(8, tps=900, p99=9500), T(8, 2, tps=1500, p99=7000)]
+    tiers = [
+        T(1, phase="Skipped", does_not_fit=True),
+        T(2, phase="Skipped", does_not_fit=True),
+        T(4, phase="Skipped", does_not_fit=True),
+        T(8, tps=900, p99=9500),
+        T(8, 2, tps=1500, p99=7000),
+    ]
     outcome = decide(spec(pp=(1, 2)), tiers)
     assert outcome.decision.pipeline_parallel == 2
     figure = build_knee_figure(outcome.tiers, outcome.decision)
@@ -134,7 +145,12 @@ def test_all_tiers_skipped_has_no_knee_and_says_so():
 
 
 def test_simulated_and_pending_tiers():
-    tiers = [T(1, tps=800, p99=7000, simulated=True), T(2, tps=1400, p99=5000, simulated=True), T(4, phase="Pending"), T(8, phase="Pending")]
+    tiers = [
+        T(1, tps=800, p99=7000, simulated=True),
+        T(2, tps=1400, p99=5000, simulated=True),
+        T(4, phase="Pending"),
+        T(8, phase="Pending"),
+    ]
     outcome = decide(spec(), tiers)
     assert outcome.decision is None  # TP4 still Pending
     figure = build_knee_figure(outcome.tiers, None, ChartContext(simulated=True))
@@ -164,8 +180,11 @@ def test_recorded_example_still_matches_this_test_data():
 
 
 def test_the_comm_share_of_each_tier_is_written_along_the_bottom():
-    tiers = [T(1, tps=1000, p99=900, comm_fraction=0.0, rank_skew_fraction=0.0), T(2, tps=1300, p99=800, comm_fraction=0.19, rank_skew_fraction=0.01),
-             T(4, tps=1400, p99=850)]
+    tiers = [
+        T(1, tps=1000, p99=900, comm_fraction=0.0, rank_skew_fraction=0.0),
+        T(2, tps=1300, p99=800, comm_fraction=0.19, rank_skew_fraction=0.01),
+        T(4, tps=1400, p99=850),
+    ]
     outcome = decide(spec(tp=(1, 2, 4)), tiers)
     figure = build_knee_figure(outcome.tiers, outcome.decision, H200)
     texts = sorted((t.get_position()[0], t.get_text()) for t in by_gid(figure, "comm"))

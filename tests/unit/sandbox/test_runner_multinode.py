@@ -52,8 +52,17 @@ def admitted(template: dict[str, Any], name: str, worker_index: str) -> dict[str
 
 def plan(pod: dict[str, Any]):
     container = pod["spec"]["containers"][0]
-    return plan_container(pod, container, python="/venv/bin/python", pod_ip="127.2.0.9", host_ip="127.0.0.1", node=NODE,
-                          sources=EnvSources(), runtime_env={}, forced_env={})
+    return plan_container(
+        pod,
+        container,
+        python="/venv/bin/python",
+        pod_ip="127.2.0.9",
+        host_ip="127.0.0.1",
+        node=NODE,
+        sources=EnvSources(),
+        runtime_env={},
+        forced_env={},
+    )
 
 
 def flag(argv, name):
@@ -82,6 +91,9 @@ def test_headless_workers_only_report_ready():
 def test_single_node_pipeline_parallel_keeps_its_stages_on_the_node():
     deployment = manifests.build_engine_deployment(SPEC, manifests.Owner("big", "ns1", "u"), Tier(4, 2), manifests.BuildContext())
     template = deployment["spec"]["template"]
-    pod = {"metadata": {**template["metadata"], "name": "big-tp4-pp2-x", "namespace": "ns1"}, "spec": {**template["spec"], "nodeName": "h100-1"}}
+    pod = {
+        "metadata": {**template["metadata"], "name": "big-tp4-pp2-x", "namespace": "ns1"},
+        "spec": {**template["spec"], "nodeName": "h100-1"},
+    }
     result = plan(pod)
     assert result.kind == ENGINE and "KNEEPOINT_SIM_INTER_NODE_GBPS" not in result.env

@@ -114,7 +114,11 @@ def test_engine_without_port_gets_vllm_default() -> None:
     [
         {"image": "vllm/vllm-openai", "command": ["vllm", "serve", "meta/llama"], "args": ["--max-num-seqs", "8"]},
         {"image": "vllm/vllm-openai", "args": ["meta/llama", "--max-num-seqs", "8", "--model", "other"]},
-        {"image": "vllm/vllm-openai", "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"], "args": ["--model", "meta/llama", "--max-num-seqs", "8"]},
+        {
+            "image": "vllm/vllm-openai",
+            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+            "args": ["--model", "meta/llama", "--max-num-seqs", "8"],
+        },
         {"image": "vllm/vllm-openai", "command": ["/bin/bash", "-c", "exec vllm serve meta/llama --max-num-seqs 8"]},
     ],
 )
@@ -133,7 +137,11 @@ def test_bad_port_is_refused() -> None:
 
 
 def test_kneepoint_sim_container_is_bound_too() -> None:
-    container = {"image": "ghcr.io/kneepoint/kneepoint:0.1.0", "command": ["kneepoint", "sim"], "args": ["--model", "m", "--host", "0.0.0.0", "--port", "8000", "--gpu", "NVIDIA-L40S"]}
+    container = {
+        "image": "ghcr.io/kneepoint/kneepoint:0.1.0",
+        "command": ["kneepoint", "sim"],
+        "args": ["--model", "m", "--host", "0.0.0.0", "--port", "8000", "--gpu", "NVIDIA-L40S"],
+    }
     kind, argv, listen = container_argv(container, PY, IP)
     assert kind == KNEEPOINT
     assert argv == [PY, "-m", "kneepoint", "sim", "--model", "m", "--gpu", "NVIDIA-L40S", "--host", IP, "--port", "8000"]
@@ -141,7 +149,11 @@ def test_kneepoint_sim_container_is_bound_too() -> None:
 
 
 def test_kneepoint_loadgen_keeps_its_words() -> None:
-    container = {"image": "x", "command": ["kneepoint", "loadgen"], "args": ["--endpoint", "http://e.ns.svc.cluster.local:8000", "--host", "h"]}
+    container = {
+        "image": "x",
+        "command": ["kneepoint", "loadgen"],
+        "args": ["--endpoint", "http://e.ns.svc.cluster.local:8000", "--host", "h"],
+    }
     kind, argv, listen = container_argv(container, PY, IP)
     assert (kind, listen) == (KNEEPOINT, None)
     assert argv == [PY, "-m", "kneepoint", "loadgen", "--endpoint", "http://e.ns.svc.cluster.local:8000", "--host", "h"]
@@ -172,7 +184,9 @@ def test_env_order_refs_and_expansion() -> None:
             {"name": "PASSWORD", "value": "override"},
         ],
     }
-    sources = EnvSources(config_maps={"cm": {"x": "cmx", "bad=key": "dropped"}, "missing": None}, secrets={"sec": {"token": "s3cr3t", "PASSWORD": "p"}})
+    sources = EnvSources(
+        config_maps={"cm": {"x": "cmx", "bad=key": "dropped"}, "missing": None}, secrets={"sec": {"token": "s3cr3t", "PASSWORD": "p"}}
+    )
     env = container_env(pod([container]), container, pod_ip=IP, host_ip="127.0.0.1", node=NODE, sources=sources, defaults={"PATH": "/bin"})
     assert env["PATH"] == "/bin"
     assert env["CM_x"] == "cmx" and not any(k.startswith("CM_bad") for k in env)
@@ -202,7 +216,15 @@ def test_missing_references_are_create_container_config_errors(var: dict[str, An
 def test_secret_values_never_appear_in_errors() -> None:
     container = {"name": "c", "image": "busybox", "env": [{"name": "V", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
     with pytest.raises(ContainerConfigError) as caught:
-        container_env(pod([container]), container, pod_ip=IP, host_ip="", node=NODE, sources=EnvSources(secrets={"s": {"other": "hunter2"}}), defaults={})
+        container_env(
+            pod([container]),
+            container,
+            pod_ip=IP,
+            host_ip="",
+            node=NODE,
+            sources=EnvSources(secrets={"s": {"other": "hunter2"}}),
+            defaults={},
+        )
     assert "hunter2" not in str(caught.value)
 
 
@@ -235,8 +257,16 @@ def test_expand_references_edge_cases() -> None:
 @pytest.mark.parametrize(
     ("labels", "gpus", "expected"),
     [
-        ({"nvidia.com/gpu.product": "NVIDIA-H200", "kneepoint.io/interconnect": "pcie"}, 2, {"KNEEPOINT_SIM_GPU": "NVIDIA-H200", "KNEEPOINT_SIM_INTERCONNECT": "pcie"}),
-        ({"kneepoint.io/gpu-product": "NVIDIA-L40S", "kneepoint.io/interconnect": "mixed", "kneepoint.io/nvlink-domain-size": "4"}, 4, {"KNEEPOINT_SIM_GPU": "NVIDIA-L40S", "KNEEPOINT_SIM_INTERCONNECT": "nvlink"}),
+        (
+            {"nvidia.com/gpu.product": "NVIDIA-H200", "kneepoint.io/interconnect": "pcie"},
+            2,
+            {"KNEEPOINT_SIM_GPU": "NVIDIA-H200", "KNEEPOINT_SIM_INTERCONNECT": "pcie"},
+        ),
+        (
+            {"kneepoint.io/gpu-product": "NVIDIA-L40S", "kneepoint.io/interconnect": "mixed", "kneepoint.io/nvlink-domain-size": "4"},
+            4,
+            {"KNEEPOINT_SIM_GPU": "NVIDIA-L40S", "KNEEPOINT_SIM_INTERCONNECT": "nvlink"},
+        ),
         ({"kneepoint.io/interconnect": "mixed", "kneepoint.io/nvlink-domain-size": "4"}, 8, {"KNEEPOINT_SIM_INTERCONNECT": "pcie"}),
         ({"kneepoint.io/inter-node-gbps": "100"}, 1, {"KNEEPOINT_SIM_INTER_NODE_GBPS": "100"}),
         ({}, 1, {}),
@@ -298,17 +328,33 @@ def test_loadgen_plan_gets_no_simulator_env_and_expanded_args() -> None:
 
 
 def test_probe_spec_named_port_and_defaults() -> None:
-    container = {"ports": [{"name": "http", "containerPort": 8000}], "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5}}
+    container = {
+        "ports": [{"name": "http", "containerPort": 8000}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
+    }
     spec = probe_spec(container, "readinessProbe", IP)
     assert spec is not None
-    assert (spec.action, spec.host, spec.port, spec.path, spec.period_seconds, spec.timeout_seconds, spec.failure_threshold) == ("http", IP, 8000, "/health", 5.0, 1.0, 3)
+    assert (spec.action, spec.host, spec.port, spec.path, spec.period_seconds, spec.timeout_seconds, spec.failure_threshold) == (
+        "http",
+        IP,
+        8000,
+        "/health",
+        5.0,
+        1.0,
+        3,
+    )
     assert probe_spec(container, "startupProbe", IP) is None
     assert probe_spec({"readinessProbe": {"exec": {"command": ["true"]}}}, "readinessProbe", IP).action == "exec"  # type: ignore[union-attr]
     assert probe_spec({"readinessProbe": {"tcpSocket": {"port": 9}}}, "readinessProbe", IP).port == 9  # type: ignore[union-attr]
 
 
 def test_service_account_token_source_follows_admission() -> None:
-    projected = {"name": "kube-api-access-x", "projected": {"sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}, {"configMap": {"name": "kube-root-ca.crt"}}]}}
+    projected = {
+        "name": "kube-api-access-x",
+        "projected": {
+            "sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}, {"configMap": {"name": "kube-root-ca.crt"}}]
+        },
+    }
     assert service_account_token_source(pod([], volumes=[projected])) == {"expirationSeconds": 3607, "path": "token"}
     assert service_account_token_source(pod([], volumes=[{"name": "dshm", "emptyDir": {}}])) is None
 
@@ -334,16 +380,26 @@ def test_an_emptydir_shared_by_two_containers_becomes_one_per_pod_directory() ->
 
     mount = [{"name": "profiles", "mountPath": "/var/run/kneepoint/profiles"}, {"name": "dshm", "mountPath": "/dev/shm"}]
     volumes = [{"name": "profiles", "emptyDir": {}}, {"name": "dshm", "emptyDir": {"medium": "Memory"}}]
-    engine = {"name": "engine", "image": "vllm/vllm-openai:v0.33.0", "args": ["--model", "m", "--profiler-config",
-              '{"profiler":"torch","torch_profiler_dir":"/var/run/kneepoint/profiles"}'], "volumeMounts": mount}
-    sidecar = {"name": "trace", "image": "ghcr.io/kneepoint/kneepoint:0.1.0", "command": ["kneepoint", "trace"],
-               "args": ["--watch", "/var/run/kneepoint/profiles", "--serve-metrics", "$(POD_IP):9464"],
-               "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}], "volumeMounts": mount[:1]}
+    engine = {
+        "name": "engine",
+        "image": "vllm/vllm-openai:v0.33.0",
+        "args": ["--model", "m", "--profiler-config", '{"profiler":"torch","torch_profiler_dir":"/var/run/kneepoint/profiles"}'],
+        "volumeMounts": mount,
+    }
+    sidecar = {
+        "name": "trace",
+        "image": "ghcr.io/kneepoint/kneepoint:0.1.0",
+        "command": ["kneepoint", "trace"],
+        "args": ["--watch", "/var/run/kneepoint/profiles", "--serve-metrics", "$(POD_IP):9464"],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "volumeMounts": mount[:1],
+    }
     p = pod([engine, sidecar], volumes=volumes)
     assert emptydir_volumes(p) == ["profiles"]  # a Memory emptyDir (/dev/shm) stays where it is
     dirs = {"profiles": "/state/pods/u-1/volumes/profiles"}
-    common = dict(python=PY, pod_ip=IP, host_ip="127.0.0.1", node=NODE, sources=EnvSources(), runtime_env={}, forced_env={},
-                  volume_dirs=dirs)
+    common = dict(
+        python=PY, pod_ip=IP, host_ip="127.0.0.1", node=NODE, sources=EnvSources(), runtime_env={}, forced_env={}, volume_dirs=dirs
+    )
     e, s = plan_container(p, engine, **common), plan_container(p, sidecar, **common)
     assert '{"profiler":"torch","torch_profiler_dir":"/state/pods/u-1/volumes/profiles"}' in e.argv
     assert list(s.argv) == [PY, "-m", "kneepoint", "trace", "--watch", "/state/pods/u-1/volumes/profiles", "--serve-metrics", f"{IP}:9464"]

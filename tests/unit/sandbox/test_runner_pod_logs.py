@@ -40,8 +40,14 @@ def test_logs_object_names_current_and_previous_per_container_and_belongs_to_the
 
 def test_a_run_writes_both_the_plain_log_and_its_cri_log(tmp_path: Path) -> None:
     script = "import sys; print('to stdout'); print('to stderr', file=sys.stderr); sys.exit(3)"
-    process = ContainerProcess([sys.executable, "-c", script], {}, tmp_path / "cwd", tmp_path / "plain.log", tmp_path / "pid.json",
-                               cri_path=tmp_path / "logs" / "0.log")
+    process = ContainerProcess(
+        [sys.executable, "-c", script],
+        {},
+        tmp_path / "cwd",
+        tmp_path / "plain.log",
+        tmp_path / "pid.json",
+        cri_path=tmp_path / "logs" / "0.log",
+    )
 
     async def run() -> int:
         await process.start("test")

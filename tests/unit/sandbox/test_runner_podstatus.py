@@ -94,7 +94,13 @@ def test_container_status_shapes() -> None:
     assert status["lastState"]["terminated"]["exitCode"] == 1
     assert status["restartCount"] == 1 and status["ready"] is False
     done = container_status(terminated(0))
-    assert done["state"]["terminated"] == {"exitCode": 0, "reason": "Completed", "startedAt": T0, "finishedAt": T1, "containerID": "sandbox://1"}
+    assert done["state"]["terminated"] == {
+        "exitCode": 0,
+        "reason": "Completed",
+        "startedAt": T0,
+        "finishedAt": T1,
+        "containerID": "sandbox://1",
+    }
     assert done["lastState"] == {}
 
 
@@ -126,7 +132,10 @@ def test_ready_pod_patch() -> None:
 
 
 def test_transition_time_kept_while_status_unchanged() -> None:
-    before = [{"type": "Ready", "status": "True", "lastTransitionTime": T0}, {"type": "ContainersReady", "status": "False", "lastTransitionTime": T0}]
+    before = [
+        {"type": "Ready", "status": "True", "lastTransitionTime": T0},
+        {"type": "ContainersReady", "status": "False", "lastTransitionTime": T0},
+    ]
     cond = conditions(build_status_patch(pod(before), observe([running()]), T2))
     assert cond["Ready"]["lastTransitionTime"] == T0
     assert cond["ContainersReady"]["lastTransitionTime"] == T2

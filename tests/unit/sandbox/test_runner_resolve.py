@@ -12,7 +12,16 @@ def svc(name: str, ns: str, selector: dict[str, str] | None, ports: list[dict[st
     return {"metadata": {"name": name, "namespace": ns}, "spec": {"selector": selector, "ports": ports, **spec}}
 
 
-def pod(name: str, ns: str, labels: dict[str, str], ip: str, ready: bool = True, created: str = "2026-11-29T10:00:00Z", port: int = 8000, **meta: Any) -> dict[str, Any]:
+def pod(
+    name: str,
+    ns: str,
+    labels: dict[str, str],
+    ip: str,
+    ready: bool = True,
+    created: str = "2026-11-29T10:00:00Z",
+    port: int = 8000,
+    **meta: Any,
+) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": ns, "labels": labels, "creationTimestamp": created, **meta},
         "spec": {"containers": [{"name": "engine", "ports": [{"name": "http", "containerPort": port}]}]},
@@ -62,7 +71,11 @@ def test_unready_deleting_and_non_loopback_pods_are_skipped() -> None:
 
 
 def test_oldest_ready_pod_wins() -> None:
-    pods = [pod("b", "ns1", {"app": "eng"}, "127.2.0.9", created="2026-11-29T11:00:00Z"), pod("a", "ns1", {"app": "eng"}, "127.2.0.4", created="2026-11-29T11:00:00Z"), pod("z", "ns1", {"app": "eng"}, "127.2.0.3", created="2026-11-29T09:00:00Z")]
+    pods = [
+        pod("b", "ns1", {"app": "eng"}, "127.2.0.9", created="2026-11-29T11:00:00Z"),
+        pod("a", "ns1", {"app": "eng"}, "127.2.0.4", created="2026-11-29T11:00:00Z"),
+        pod("z", "ns1", {"app": "eng"}, "127.2.0.3", created="2026-11-29T09:00:00Z"),
+    ]
     assert build_resolve_map("ns1", [ENGINE_SVC], pods).entries[0].endswith(":127.2.0.3")
 
 
@@ -85,8 +98,9 @@ def test_selectorless_external_name_and_udp_are_left_out() -> None:
 
 def test_ports_without_a_pod_point_at_the_refusing_address() -> None:
     remapped = svc("web", "ns1", {"app": "eng"}, [{"port": 80, "targetPort": 8000}])
-    result = build_resolve_map("ns1", [ENGINE_SVC, remapped], [pod("a", "ns1", {"app": "eng"}, "127.2.0.5", ready=False)], refuse_address="127.2.0.0")
+    result = build_resolve_map(
+        "ns1", [ENGINE_SVC, remapped], [pod("a", "ns1", {"app": "eng"}, "127.2.0.5", ready=False)], refuse_address="127.2.0.0"
+    )
     assert "eng.ns1.svc.cluster.local:8000:127.2.0.0" in result.entries
     assert "web:80:127.2.0.0" in result.entries
     assert len(result.skipped) == 2
-

@@ -69,7 +69,13 @@ class Services:
     """The runner side of a supervisor."""
 
     def __init__(self, tmp_path: Path, api: MemoryApi, session: aiohttp.ClientSession) -> None:
-        self.settings = RunnerSettings(state_dir=tmp_path, python=sys.executable, crash_backoff_seconds=0.1, crash_backoff_max_seconds=0.2, status_debounce_seconds=0.01)
+        self.settings = RunnerSettings(
+            state_dir=tmp_path,
+            python=sys.executable,
+            crash_backoff_seconds=0.1,
+            crash_backoff_max_seconds=0.2,
+            status_debounce_seconds=0.01,
+        )
         self.gateway = api
         self.pool = LoopbackPool("127.2.0.0/24")
         self.session = session

@@ -75,7 +75,9 @@ def test_prometheus_discovers_engine_pods_through_the_admin_kubeconfig() -> None
     config = promconfig.prometheus_config(PATHS, layout.Ports())
     assert config["global"]["scrape_interval"] == "2s"
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert {"prometheus", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "vllm", "trace", "dcgm"} <= set(jobs)
+    assert {"prometheus", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "vllm", "trace", "dcgm"} <= set(
+        jobs
+    )
     from kneepoint.kube.naming import TRACE_PORT_NAME
 
     assert jobs["trace"]["relabel_configs"][1]["regex"] == TRACE_PORT_NAME == promconfig.TRACE_PORT_NAME  # the sidecar's port

@@ -18,8 +18,15 @@ DEFAULT_FLEET = ROOT / "deploy" / "sandbox" / "fleet.yaml"
 
 def _group(**overrides: Any) -> dict[str, Any]:
     group = {
-        "namePrefix": "h200", "count": 1, "gpuProduct": "NVIDIA-H200", "gpuCount": 8,
-        "gpuMemoryMiB": 143771, "interconnect": "nvlink", "nvlinkDomainSize": 8, "cpu": "128", "memory": "2Ti",
+        "namePrefix": "h200",
+        "count": 1,
+        "gpuProduct": "NVIDIA-H200",
+        "gpuCount": 8,
+        "gpuMemoryMiB": 143771,
+        "interconnect": "nvlink",
+        "nvlinkDomainSize": 8,
+        "cpu": "128",
+        "memory": "2Ti",
     }
     group.update(overrides)
     return group
@@ -68,7 +75,9 @@ def test_extra_labels_and_inter_node_bandwidth_are_carried() -> None:
 
 
 def test_cpu_only_group_has_no_gpu_labels_or_resource() -> None:
-    groups = fleet.parse_fleet({"nodeGroups": [_group(namePrefix="cpu", gpuCount=0, gpuProduct=None, interconnect="pcie", nvlinkDomainSize=None)]})
+    groups = fleet.parse_fleet(
+        {"nodeGroups": [_group(namePrefix="cpu", gpuCount=0, gpuProduct=None, interconnect="pcie", nvlinkDomainSize=None)]}
+    )
     node = fleet.node_objects(groups)[0]
     assert "nvidia.com/gpu" not in node["status"]["allocatable"]
     assert not any(k.startswith("nvidia.com/") for k in node["metadata"]["labels"])
@@ -81,7 +90,10 @@ def test_cpu_only_group_has_no_gpu_labels_or_resource() -> None:
         ({"kind": "Other", "nodeGroups": [_group()]}, "kind: 'Other'"),
         ({"nodeGroups": [_group(count=0)]}, r"nodeGroups\[0\].count: 0 is not an integer >= 1"),
         ({"nodeGroups": [_group(namePrefix="H200")]}, r"nodeGroups\[0\].namePrefix"),
-        ({"nodeGroups": [_group(interconnect="infiniband")]}, r"nodeGroups\[0\].interconnect: 'infiniband' is not one of nvlink, pcie, mixed"),
+        (
+            {"nodeGroups": [_group(interconnect="infiniband")]},
+            r"nodeGroups\[0\].interconnect: 'infiniband' is not one of nvlink, pcie, mixed",
+        ),
         ({"nodeGroups": [_group(nvlinkDomainSize=16)]}, r"nvlinkDomainSize: 16 is more than gpuCount 8"),
         ({"nodeGroups": [_group(interconnect="pcie", nvlinkDomainSize=4)]}, r"nvlinkDomainSize: 4 with interconnect pcie"),
         ({"nodeGroups": [_group(memory="lots")]}, r"nodeGroups\[0\].memory: 'lots' is not a Kubernetes quantity"),
@@ -98,13 +110,15 @@ def test_bad_fleet_names_the_field(document: dict[str, Any], message: str) -> No
 @given(
     st.lists(
         st.tuples(st.integers(1, 4), st.integers(1, 8), st.sampled_from(["nvlink", "pcie"])),
-        min_size=1, max_size=4,
+        min_size=1,
+        max_size=4,
     )
 )
 def test_every_gpu_node_has_a_cluster_unique_domain_and_consistent_counts(specs: list[tuple[int, int, str]]) -> None:
     groups = [
-        _group(namePrefix=f"g{i}", count=count, gpuCount=gpus, interconnect=link,
-               nvlinkDomainSize=None if link == "nvlink" or gpus == 1 else 1)
+        _group(
+            namePrefix=f"g{i}", count=count, gpuCount=gpus, interconnect=link, nvlinkDomainSize=None if link == "nvlink" or gpus == 1 else 1
+        )
         for i, (count, gpus, link) in enumerate(specs)
         if not (link == "nvlink" and gpus == 1)
     ]

@@ -79,7 +79,8 @@ def test_cache_layout_is_bin_and_build_per_name_and_version(tmp_path: Path) -> N
 def test_a_hand_tidied_module_from_the_same_recipe_is_recognised() -> None:
     build = pins.kubernetes_build()
     tidied = gomod.wrapper_gomod(build).replace(
-        "require (\n\tk8s.io/kubernetes v1.36.3\n)", "require (\n\tcel.dev/expr v0.25.1 // indirect\n\tk8s.io/kubernetes v1.36.3 // indirect\n)"
+        "require (\n\tk8s.io/kubernetes v1.36.3\n)",
+        "require (\n\tcel.dev/expr v0.25.1 // indirect\n\tk8s.io/kubernetes v1.36.3 // indirect\n)",
     )
     assert binaries._same_pins(build, tidied)
     assert not binaries._same_pins(pins.kubernetes_build("v1.36.4"), tidied)

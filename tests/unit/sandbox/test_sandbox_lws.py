@@ -53,8 +53,12 @@ def test_webhooks_point_at_loopback_with_the_ca_and_pod_webhooks_keep_their_sele
             # Without it the Fail policy would stop every pod of the cluster while LWS is down.
             assert hook["objectSelector"] == {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
     paths = {h["clientConfig"]["url"].split("9443", 1)[1] for h in hooks}
-    assert paths == {"/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset", "/mutate--v1-pod",
-                     "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset", "/validate--v1-pod"}
+    assert paths == {
+        "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+        "/mutate--v1-pod",
+        "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+        "/validate--v1-pod",
+    }
 
 
 def test_packaged_crds_are_the_lws_ones_with_their_schema():

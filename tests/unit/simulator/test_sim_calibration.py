@@ -73,8 +73,9 @@ def test_tp_speed_up_mean_error_under_8_percent() -> None:
     assert sum(errors) / len(errors) <= 0.08
 
 
-@pytest.mark.parametrize("point", [p for p in POINTS if p.tensor_parallel > 1 and p.measured_comm_share is not None],
-                         ids=lambda p: f"{p.label} [{p.source}]")
+@pytest.mark.parametrize(
+    "point", [p for p in POINTS if p.tensor_parallel > 1 and p.measured_comm_share is not None], ids=lambda p: f"{p.label} [{p.source}]"
+)
 def test_communication_share_within_20_points(point) -> None:
     """Looser than the 8 points of the PyTorch-only fit: the same collectives over vLLM's faster
     compute are a larger share (8B TP4 batch 1-8 is over by 10-16 points); no multi-GPU vLLM capture

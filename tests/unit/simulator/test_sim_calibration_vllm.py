@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kneepoint.simulator.calibration import load_calibration
+from kneepoint.simulator.calibration_fit import load_points
 from kneepoint.simulator.calibration_vllm import (
     MEAN_DECODE_CONTEXT,
     PROMPT,
@@ -22,7 +23,6 @@ from kneepoint.simulator.calibration_vllm import (
     load_ttft_c1_ms,
     parse_annotation,
 )
-from kneepoint.simulator.calibration_fit import load_points
 from kneepoint.simulator.perf_model import StepWork, prefill_work
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
@@ -71,8 +71,7 @@ def test_profiler_bound_small_prefills_are_shown_not_fitted() -> None:
 @pytest.mark.parametrize("conc", [1, 4, 8, 16, 32])
 def test_decode_step_with_host_time_within_5_percent_of_real_itl(conc) -> None:
     itl = load_itl_p50_ms(DATA)[conc]
-    st = MODEL.step_time(StepWork(decode_seqs=conc, decode_context_tokens=conc * MEAN_DECODE_CONTEXT,
-                                  sampled_seqs=conc)).seconds * 1e3
+    st = MODEL.step_time(StepWork(decode_seqs=conc, decode_context_tokens=conc * MEAN_DECODE_CONTEXT, sampled_seqs=conc)).seconds * 1e3
     assert abs(st / itl - 1.0) <= 0.05, (st, itl)
 
 

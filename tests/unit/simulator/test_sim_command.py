@@ -26,8 +26,9 @@ def invoke(args: list[str], env: dict[str, str] | None = None):
 
 
 def test_70b_on_one_h200_at_090_is_refused_like_vllm() -> None:
-    result = invoke(["--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "h200", "--gpu-memory-utilization", "0.90",
-                     "--max-model-len", "4096"])
+    result = invoke(
+        ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "h200", "--gpu-memory-utilization", "0.90", "--max-model-len", "4096"]
+    )
     assert result.exit_code == 1
     assert "No available memory for the cache blocks" in result.output
 
@@ -71,8 +72,20 @@ def test_bad_flags_exit_2_with_one_line_naming_the_flag() -> None:
 
 
 def test_vllm_spellings_underscores_short_flags_positional_model_and_several_names() -> None:
-    ctx = parse(["meta-llama/Llama-3-8B", "--tensor_parallel_size=2", "-pp", "1", "--served-model-name", "a", "b",
-                 "--trust-remote-code", "--download-dir", "/tmp/x"])
+    ctx = parse(
+        [
+            "meta-llama/Llama-3-8B",
+            "--tensor_parallel_size=2",
+            "-pp",
+            "1",
+            "--served-model-name",
+            "a",
+            "b",
+            "--trust-remote-code",
+            "--download-dir",
+            "/tmp/x",
+        ]
+    )
     assert ctx.params["tensor_parallel_size"] == 2
     assert ctx.params["served_model_name"] == ("a", "b")
     assert ctx.args == ["meta-llama/Llama-3-8B", "--trust-remote-code", "--download-dir", "/tmp/x"]
@@ -80,17 +93,24 @@ def test_vllm_spellings_underscores_short_flags_positional_model_and_several_nam
 
 def test_unknown_vllm_flags_are_ignored_with_a_warning(caplog) -> None:
     # A configuration that stops right after the flags are read (70B on one GPU), so nothing is served.
-    result = invoke(["--model", "meta-llama/Llama-3-70B", "--enable-chunked-prefill", "--swap-space", "4",
-                     "--gpu-memory-utilization", "0.9"])
+    result = invoke(
+        ["--model", "meta-llama/Llama-3-70B", "--enable-chunked-prefill", "--swap-space", "4", "--gpu-memory-utilization", "0.9"]
+    )
     assert "ignoring vLLM flag(s) the simulator does not model: --enable-chunked-prefill --swap-space 4" in caplog.text
     assert result.exit_code == 1
 
 
 def test_env_fallbacks_for_the_simulator_flags(monkeypatch) -> None:
-    for key, value in {"KNEEPOINT_SIM_GPU": "NVIDIA-H100-80GB-HBM3", "KNEEPOINT_SIM_INTERCONNECT": "pcie",
-                       "KNEEPOINT_SIM_ARCHITECTURE": "llama-3-8b", "KNEEPOINT_SIM_NOISE": "0.1",
-                       "KNEEPOINT_SIM_DCGM_PORT": "0", "KNEEPOINT_SIM_MODEL_LOAD_SECONDS": "0.5",
-                       "KNEEPOINT_SIM_INTER_NODE_GBPS": "25", "KNEEPOINT_SIM_SEED": "7"}.items():
+    for key, value in {
+        "KNEEPOINT_SIM_GPU": "NVIDIA-H100-80GB-HBM3",
+        "KNEEPOINT_SIM_INTERCONNECT": "pcie",
+        "KNEEPOINT_SIM_ARCHITECTURE": "llama-3-8b",
+        "KNEEPOINT_SIM_NOISE": "0.1",
+        "KNEEPOINT_SIM_DCGM_PORT": "0",
+        "KNEEPOINT_SIM_MODEL_LOAD_SECONDS": "0.5",
+        "KNEEPOINT_SIM_INTER_NODE_GBPS": "25",
+        "KNEEPOINT_SIM_SEED": "7",
+    }.items():
         monkeypatch.setenv(key, value)
     s = settings(["--model", "anything", "-pp", "2"])
     assert s.gpu.name == "h100-sxm" and s.interconnect == "pcie" and s.noise == 0.1 and s.seed == 7
@@ -108,8 +128,15 @@ def test_vllm_defaults_for_the_gpu() -> None:
 
 
 def test_architecture_from_a_config_file_and_inline_json(tmp_path) -> None:
-    config = {"model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048, "num_attention_heads": 32,
-              "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256}
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": 16,
+        "hidden_size": 2048,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 8192,
+        "vocab_size": 128256,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     a = settings(["--model", "m", "--architecture", str(path), "--max-model-len", "2048"])

@@ -10,11 +10,10 @@ from __future__ import annotations
 import aiohttp
 import pytest
 from click.testing import CliRunner
+from test_sim_http import MODEL, make_settings  # same directory
 
 from kneepoint.simulator.command import command
 from kneepoint.simulator.server import start, stop
-
-from test_sim_http import MODEL, make_settings  # same directory
 
 
 async def _statuses(fraction: str, n: int) -> list[int]:

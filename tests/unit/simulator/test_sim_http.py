@@ -24,8 +24,25 @@ def free_port() -> int:
 
 
 def make_settings(*extra: str, load: float = 0.0):
-    args = ["--model", MODEL, "-tp", "2", "--gpu", "h200", "--max-model-len", "4096", "--port", str(free_port()),
-            "--dcgm-port", str(free_port()), "--model-load-seconds", str(load), "--noise", "0", *extra]
+    args = [
+        "--model",
+        MODEL,
+        "-tp",
+        "2",
+        "--gpu",
+        "h200",
+        "--max-model-len",
+        "4096",
+        "--port",
+        str(free_port()),
+        "--dcgm-port",
+        str(free_port()),
+        "--model-load-seconds",
+        str(load),
+        "--noise",
+        "0",
+        *extra,
+    ]
     ctx = command.make_context("sim", args)
     return build_settings(MODEL, ctx.params)
 
@@ -49,7 +66,7 @@ async def read_sse(resp: aiohttp.ClientResponse) -> list[str]:
     assert body.endswith("\n\n")
     events = body.split("\n\n")[:-1]
     assert all(e.startswith("data: ") and "\n" not in e for e in events), events
-    return [e[len("data: "):] for e in events]
+    return [e[len("data: ") :] for e in events]
 
 
 async def test_health_is_503_while_loading_then_200() -> None:
@@ -79,8 +96,14 @@ async def test_models_lists_the_served_name_with_max_model_len(sim) -> None:
 
 async def test_streaming_completion_sse_with_usage_chunk_and_done(sim) -> None:
     _, _, session = sim
-    payload = {"model": MODEL, "prompt": [1] * 100, "max_tokens": 12, "stream": True, "ignore_eos": True,
-               "stream_options": {"include_usage": True}}
+    payload = {
+        "model": MODEL,
+        "prompt": [1] * 100,
+        "max_tokens": 12,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     async with session.post("/v1/completions", json=payload) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/event-stream")
@@ -98,8 +121,13 @@ async def test_streaming_completion_sse_with_usage_chunk_and_done(sim) -> None:
 
 async def test_streaming_chat_sends_role_then_content(sim) -> None:
     _, _, session = sim
-    payload = {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4, "stream": True,
-               "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    payload = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hello there"}],
+        "max_tokens": 4,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     async with session.post("/v1/chat/completions", json=payload) as resp:
         data = await read_sse(resp)
     chunks = [json.loads(d) for d in data[:-1]]
@@ -129,8 +157,9 @@ async def test_non_streaming_completion_and_chat(sim) -> None:
     assert body["choices"][0]["finish_reason"] == "length"
     assert len(body["choices"][0]["text"].split()) == 7
     assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 7, "total_tokens": 11}
-    async with session.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
-                                                          "max_completion_tokens": 5}) as resp:
+    async with session.post(
+        "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5}
+    ) as resp:
         body = await resp.json()
     assert body["object"] == "chat.completion" and body["choices"][0]["message"]["role"] == "assistant"
     assert body["usage"]["completion_tokens"] == 5
@@ -173,15 +202,18 @@ async def test_errors_look_like_vllms(sim) -> None:
     # Chat near the limit: vLLM reads only as much of the prompt as could fit, and says "at least".
     status, real = real_probe("chat 4000 words max_tokens 256 (clamp?)")
     words = " ".join(["the"] * 4000)
-    async with session.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": words}],
-                                                          "max_tokens": 256}) as resp:
+    async with session.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": words}], "max_tokens": 256}) as resp:
         assert resp.status == status == 400
         body = await resp.json()
     assert body["error"]["message"] == real["error"]["message"] and body["error"]["param"] == "input_tokens"
     async with session.post("/v1/completions", json={"model": "nope", "prompt": "x"}) as resp:
         assert resp.status == 404
-        assert (await resp.json())["error"] == {"message": "The model `nope` does not exist.", "type": "NotFoundError",
-                                                "param": "model", "code": 404}
+        assert (await resp.json())["error"] == {
+            "message": "The model `nope` does not exist.",
+            "type": "NotFoundError",
+            "param": "model",
+            "code": 404,
+        }
     async with session.post("/v1/completions", json={"prompt": "x", "stream_options": {"include_usage": True}}) as resp:
         assert resp.status == 400 and (await resp.json())["error"]["code"] == 400
     async with session.post("/v1/completions", data=b"{nope", headers={"Content-Type": "application/json"}) as resp:
@@ -202,12 +234,14 @@ async def test_chat_template_overhead_near_max_model_len(sim) -> None:
     """Llama-3.1-Instruct's template adds 35 tokens around one user message: a chat load whose words
     plus output fill max_model_len exactly is refused, one 35 tokens shorter is served."""
     _, _, session = sim
+
     async def chat(words: int) -> int:
         body = {"messages": [{"role": "user", "content": " ".join(["the"] * words)}], "max_tokens": 96}
         async with session.post("/v1/chat/completions", json=body) as resp:
             if resp.status == 200:
                 assert (await resp.json())["usage"]["prompt_tokens"] == words + 35
             return resp.status
+
     assert await chat(4096 - 96) == 400
     assert await chat(4096 - 96 - 35) == 200
     assert await chat(4096 - 96 - 34) == 400
@@ -227,8 +261,9 @@ async def test_tokenize_as_vllm_answers(sim) -> None:
         assert (await resp.json())["count"] == 3
     async with session.post("/tokenize", json={"messages": [{"role": "user", "content": "the of"}]}) as resp:
         assert (await resp.json())["count"] == 2 + 35
-    async with session.post("/tokenize", json={"messages": [{"role": "user", "content": "the of"}],
-                                               "add_generation_prompt": False}) as resp:
+    async with session.post(
+        "/tokenize", json={"messages": [{"role": "user", "content": "the of"}], "add_generation_prompt": False}
+    ) as resp:
         assert (await resp.json())["count"] == 2 + 31
 
 
@@ -239,26 +274,37 @@ def families(text: str) -> dict:
 async def test_metrics_parse_with_vllm_names_types_and_labels(sim) -> None:
     settings, engine, session = sim
     payload = {"prompt": [7] * 50, "max_tokens": 20, "stream": True}
+
     async def one():
         async with session.post("/v1/completions", json=payload) as resp:
             await resp.read()
+
     await asyncio.gather(*(one() for _ in range(5)))
     async with session.get("/metrics") as resp:
         text = await resp.text()
     fams = families(text)
     expected = {
-        "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge", "vllm:kv_cache_usage_perc": "gauge",
-        "vllm:prompt_tokens": "counter", "vllm:generation_tokens": "counter", "vllm:num_preemptions": "counter",
-        "vllm:request_success": "counter", "vllm:time_to_first_token_seconds": "histogram",
-        "vllm:inter_token_latency_seconds": "histogram", "vllm:e2e_request_latency_seconds": "histogram",
-        "vllm:request_queue_time_seconds": "histogram", "vllm:cache_config_info": "gauge",
+        "vllm:num_requests_running": "gauge",
+        "vllm:num_requests_waiting": "gauge",
+        "vllm:kv_cache_usage_perc": "gauge",
+        "vllm:prompt_tokens": "counter",
+        "vllm:generation_tokens": "counter",
+        "vllm:num_preemptions": "counter",
+        "vllm:request_success": "counter",
+        "vllm:time_to_first_token_seconds": "histogram",
+        "vllm:inter_token_latency_seconds": "histogram",
+        "vllm:e2e_request_latency_seconds": "histogram",
+        "vllm:request_queue_time_seconds": "histogram",
+        "vllm:cache_config_info": "gauge",
     }
     for name, kind in expected.items():
         assert fams[name].type == kind, name
     labels = {"model_name": MODEL, "engine": "0"}
+
     def sample(name, **extra):
         [s] = [s for f in fams.values() for s in f.samples if s.name == name and s.labels == {**labels, **extra}]
         return s.value
+
     assert sample("vllm:prompt_tokens_total") == 250
     assert sample("vllm:generation_tokens_total") == 100
     assert sample("vllm:request_success_total", finished_reason="length") == 5
@@ -279,8 +325,9 @@ async def test_metrics_parse_with_vllm_names_types_and_labels(sim) -> None:
     [real] = families((REAL / "8b-tp1-cache-config-info-mns128.txt").read_text())["vllm:cache_config_info"].samples
     assert set(info.labels) == set(real.labels)
     pool_dependent = {"num_gpu_blocks", "kv_cache_size_tokens", "kv_cache_max_concurrency", "gpu_memory_utilization"}
-    assert {k: v for k, v in info.labels.items() if k not in pool_dependent} == \
-        {k: v for k, v in real.labels.items() if k not in pool_dependent}
+    assert {k: v for k, v in info.labels.items() if k not in pool_dependent} == {
+        k: v for k, v in real.labels.items() if k not in pool_dependent
+    }
     assert info.labels["enable_prefix_caching"] == "True"
     assert int(info.labels["kv_cache_size_tokens"]) == settings.num_gpu_blocks * 16
     assert float(info.labels["kv_cache_max_concurrency"]) == settings.num_gpu_blocks * 16 / 4096
@@ -290,9 +337,8 @@ async def test_dcgm_endpoint_one_series_per_gpu_with_pod_labels(sim) -> None:
     settings, _, session = sim
     async with session.post("/v1/completions", json={"prompt": [1] * 64, "max_tokens": 30}) as resp:
         await resp.read()
-    async with aiohttp.ClientSession() as s2:
-        async with s2.get(f"http://127.0.0.1:{settings.dcgm_port}/metrics") as resp:
-            text = await resp.text()
+    async with aiohttp.ClientSession() as s2, s2.get(f"http://127.0.0.1:{settings.dcgm_port}/metrics") as resp:
+        text = await resp.text()
     fams = families(text)
     used = fams["DCGM_FI_DEV_FB_USED"].samples
     assert [s.labels["gpu"] for s in used] == ["0", "1"]
@@ -309,8 +355,14 @@ async def test_dcgm_endpoint_one_series_per_gpu_with_pod_labels(sim) -> None:
     assert fams["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"].type == "counter"
     assert fams["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"].samples[0].value > 0  # TP2 all-reduces crossed NVLink
     assert 0 <= fams["DCGM_FI_DEV_GPU_UTIL"].samples[0].value <= 100
-    for name in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES",
-                 "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_DEV_POWER_USAGE"):
+    for name in (
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "DCGM_FI_DEV_POWER_USAGE",
+    ):
         assert len(fams[name].samples) == 2
 
 
@@ -333,9 +385,11 @@ async def test_continuous_batching_over_http_queues_beyond_max_num_seqs() -> Non
     engine, runners, task = await start(settings)
     try:
         async with aiohttp.ClientSession(f"http://127.0.0.1:{settings.port}") as session:
+
             async def one():
                 async with session.post("/v1/completions", json={"prompt": [1] * 20, "max_tokens": 120}) as resp:
                     return await resp.json()
+
             jobs = [asyncio.create_task(one()) for _ in range(10)]
             # 120 tokens take about half a second of simulated decode, far longer than submitting ten requests.
             # The API-server intake hands them over one by one, so the first may start alone; the next
@@ -399,10 +453,12 @@ async def test_x_request_id_names_the_response_and_the_truth_line(tmp_path) -> N
     engine, runners, task = await start(settings)
     try:
         async with aiohttp.ClientSession(f"http://127.0.0.1:{settings.port}") as session:
+
             async def one(header: str) -> dict:
                 body = {"prompt": [1] * 10, "max_tokens": 40}
                 async with session.post("/v1/completions", json=body, headers={"X-Request-Id": header}) as resp:
                     return await resp.json()
+
             first = await one("abc-1")
             # Two in flight with one id: the second gets a generated id instead of clashing.
             twins = await asyncio.gather(one("dup"), one("dup"))

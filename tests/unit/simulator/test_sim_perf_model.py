@@ -26,8 +26,9 @@ CAL = load_calibration()
 def model(preset="llama-3-8b", gpu="h200", tp=1, pp=1, link="nvlink", eager=False, inter_node=None) -> PerfModel:
     arch = get_preset(preset)
     tier = Tier(tp, pp)
-    dep = Deployment(tp, pp, weight_bytes_per_gpu(arch, tier, "bfloat16"),
-                     kv_bytes_per_token_per_gpu(arch, tier, "bfloat16"), enforce_eager=eager)
+    dep = Deployment(
+        tp, pp, weight_bytes_per_gpu(arch, tier, "bfloat16"), kv_bytes_per_token_per_gpu(arch, tier, "bfloat16"), enforce_eager=eager
+    )
     hw = Hardware.from_gpu(get_gpu_type(gpu), link, inter_node_gbps=inter_node)
     return PerfModel(shape_from_architecture(arch), hw, dep, CAL)
 
@@ -45,14 +46,12 @@ def test_tp_speeds_up_decode_as_the_pytorch_data_does() -> None:
     """8B decode, TP1 over TP2 and TP4 (NVLink), against the plain-PyTorch graph replays' ratios."""
     measured = {(2, 1): 5.25 / 4.11, (2, 128): 13.77 / 8.42, (4, 1): 5.25 / 3.41, (4, 128): 13.77 / 5.91}
     for (tp, batch), ratio in measured.items():
-        simulated = (model().gpu_step_time(decode_work(batch, 1024)).seconds
-                     / model(tp=tp).gpu_step_time(decode_work(batch, 1024)).seconds)
+        simulated = model().gpu_step_time(decode_work(batch, 1024)).seconds / model(tp=tp).gpu_step_time(decode_work(batch, 1024)).seconds
         assert abs(simulated / ratio - 1) <= 0.20, (tp, batch, simulated, ratio)
 
 
 @settings(max_examples=50, deadline=None)
-@given(batch=st.integers(1, 256), ctx=st.integers(0, 8192), tp=st.sampled_from([1, 2, 4, 8]),
-       link=st.sampled_from(["nvlink", "pcie"]))
+@given(batch=st.integers(1, 256), ctx=st.integers(0, 8192), tp=st.sampled_from([1, 2, 4, 8]), link=st.sampled_from(["nvlink", "pcie"]))
 def test_more_work_never_takes_less_time(batch, ctx, tp, link) -> None:
     m = model(tp=tp, link=link)
     t = m.decode_step(batch, ctx)
@@ -107,8 +106,14 @@ def test_enforce_eager_adds_the_host_launch_floor() -> None:
 def test_mixed_step_costs_more_than_its_decode_part_alone() -> None:
     m = model(tp=2)
     decode = decode_work(32, 1024)
-    mixed = StepWork(decode_seqs=32, decode_context_tokens=decode.decode_context_tokens, prefill_tokens=512,
-                     prefill_attention_pairs=512 * 513 / 2, prefill_seqs=1, sampled_seqs=33)
+    mixed = StepWork(
+        decode_seqs=32,
+        decode_context_tokens=decode.decode_context_tokens,
+        prefill_tokens=512,
+        prefill_attention_pairs=512 * 513 / 2,
+        prefill_seqs=1,
+        sampled_seqs=33,
+    )
     assert m.step_time(mixed).seconds > m.step_time(decode).seconds
     assert m.step_time(StepWork()).seconds == 0.0
     assert m.step_time(prefill_work(256, prior_tokens=1024)).seconds > m.step_time(prefill_work(256)).seconds

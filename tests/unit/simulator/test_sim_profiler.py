@@ -7,30 +7,34 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from test_sim_http import make_settings  # same directory
 
 from kneepoint.core.kineto_trace import analyse, analyse_files, read_trace_file
 from kneepoint.simulator import profiler as sp
 from kneepoint.simulator.server import start, stop
 
-from test_sim_http import make_settings  # same directory
-
 
 def test_config_parses_as_vllm_does(tmp_path: Path) -> None:
-    c = sp.parse_profiler_config(f'{{"profiler":"torch","torch_profiler_dir":"{tmp_path}","torch_profiler_with_stack":false,'
-                                 '"ignore_frontend":true,"max_iterations":50}')
+    c = sp.parse_profiler_config(
+        f'{{"profiler":"torch","torch_profiler_dir":"{tmp_path}","torch_profiler_with_stack":false,'
+        '"ignore_frontend":true,"max_iterations":50}'
+    )
     assert (c.profiler, c.torch_profiler_dir, c.max_iterations, c.use_gzip) == ("torch", str(tmp_path), 50, True)
 
 
-@pytest.mark.parametrize("text,message", [
-    ("{", "not JSON"),
-    ("[]", "expected a JSON object"),
-    ('{"profiler":"torch"}', "torch_profiler_dir must be set when profiler is 'torch'"),
-    ('{"torch_profiler_dir":"/x"}', "only applicable when profiler is set to 'torch'"),
-    ('{"profiler":"nsys","torch_profiler_dir":"/x"}', "must be one of torch, cuda"),
-    ('{"profiler":"torch","torch_profiler_dir":"/x","max_iterations":-1}', "max_iterations: must be an integer >= 0"),
-    ('{"profiler":"torch","torch_profiler_dir":"/x","active_iterations":0}', "active_iterations: must be an integer >= 1"),
-    ('{"profiler":"torch","torch_profiler_dir":"/x","with_stack":false}', "unknown field(s) with_stack"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("{", "not JSON"),
+        ("[]", "expected a JSON object"),
+        ('{"profiler":"torch"}', "torch_profiler_dir must be set when profiler is 'torch'"),
+        ('{"torch_profiler_dir":"/x"}', "only applicable when profiler is set to 'torch'"),
+        ('{"profiler":"nsys","torch_profiler_dir":"/x"}', "must be one of torch, cuda"),
+        ('{"profiler":"torch","torch_profiler_dir":"/x","max_iterations":-1}', "max_iterations: must be an integer >= 0"),
+        ('{"profiler":"torch","torch_profiler_dir":"/x","active_iterations":0}', "active_iterations: must be an integer >= 1"),
+        ('{"profiler":"torch","torch_profiler_dir":"/x","with_stack":false}', "unknown field(s) with_stack"),
+    ],
+)
 def test_bad_configs_are_refused_naming_the_field(text: str, message: str) -> None:
     with pytest.raises(sp.ProfilerConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         sp.parse_profiler_config(text)
@@ -80,6 +84,7 @@ async def _complete(session: aiohttp.ClientSession, n: int) -> None:
         async with session.post("/v1/completions", json={"prompt": "hello " * 200, "max_tokens": 40}) as resp:
             assert resp.status == 200
             await resp.read()
+
     await asyncio.gather(*(one() for _ in range(n)))
 
 
@@ -110,9 +115,8 @@ async def test_without_a_profiler_config_the_routes_do_not_exist() -> None:
     settings = make_settings()
     engine, runners, task = await start(settings)
     try:
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{settings.port}") as session:
-            async with session.post("/start_profile") as resp:
-                assert resp.status == 404
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{settings.port}") as session, session.post("/start_profile") as resp:
+            assert resp.status == 404
     finally:
         await stop(engine, runners, task)
 

@@ -21,14 +21,15 @@ class FakeClock:
 def fixed_step(seconds: float = 0.01):
     def step_time(work: StepWork) -> StepTime:
         return StepTime(seconds, 0.0, 0.0, 0.0)
+
     return step_time
 
 
-def make(max_num_seqs=8, max_num_batched_tokens=8192, num_gpu_blocks=1000, max_model_len=4096, noise=0.0, seed=0,
-         step=None):
+def make(max_num_seqs=8, max_num_batched_tokens=8192, num_gpu_blocks=1000, max_model_len=4096, noise=0.0, seed=0, step=None):
     clock = FakeClock()
-    config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                             num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len)
+    config = SchedulerConfig(
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len
+    )
     return Scheduler(config, step or fixed_step(), clock=clock, noise=noise, seed=seed), clock
 
 
@@ -162,6 +163,7 @@ def test_noise_is_seeded_and_multiplicative() -> None:
         sched, clock = make(noise=0.1, seed=seed)
         sched.add_request("a", prompt_tokens=8, max_tokens=20)
         return [step.duration for step, _ in run_all(sched, clock)]
+
     assert durations(1) == durations(1)
     assert durations(1) != durations(2)
     d = durations(3)
@@ -176,7 +178,9 @@ def test_noise_is_seeded_and_multiplicative() -> None:
     blocks=st.integers(17, 120),
 )
 def test_invariants_hold_for_any_workload(requests, max_num_seqs, budget, blocks) -> None:
-    sched, clock = make(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, num_gpu_blocks=blocks, max_model_len=260)  # the longest drawn request: 200 + 60
+    sched, clock = make(
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, num_gpu_blocks=blocks, max_model_len=260
+    )  # the longest drawn request: 200 + 60
     reqs = [sched.add_request(f"r{i}", p, m) for i, (p, m) in enumerate(requests)]
     # A request that alone needs more blocks than the pool can never run; vLLM refuses such a
     # pool at start-up (it must hold one max_model_len sequence), so keep the test's pools legal.

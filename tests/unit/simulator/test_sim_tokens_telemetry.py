@@ -9,11 +9,11 @@ from kneepoint.simulator.tokens import (
     WORDS,
     PromptError,
     count_chat_prompt,
-    token_ids,
     count_completion_prompt,
     count_text_tokens,
     output_text,
     output_word,
+    token_ids,
 )
 
 
@@ -29,7 +29,9 @@ def test_completion_and_chat_prompts() -> None:
     assert count_completion_prompt([5, 6, 7]) == 3
     assert count_completion_prompt([[5, 6, 7]]) == 3
     # Llama-3.1-Instruct: BOS, the system turn with its 20-token date preamble, 5 per message, 4 for the reply header.
-    assert count_chat_prompt([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]) == 1 + 20 + 4 + (5 + 2) + (5 + 1)
+    assert count_chat_prompt([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]) == 1 + 20 + 4 + (5 + 2) + (
+        5 + 1
+    )
     assert count_chat_prompt([{"role": "user", "content": [{"type": "text", "text": "two words"}]}]) == 1 + 20 + 5 + 4 + 5 + 2
     # About 35 tokens around one short user message, as the issue measured for Llama-3.1-Instruct.
     assert count_chat_prompt([{"role": "user", "content": "hi"}]) - 1 == 35

@@ -17,17 +17,64 @@ from kneepoint.simulator.virtual_tier import (
 )
 
 CONTRACT_A_KEYS = {
-    "v", "ok", "outputTokensPerSecond", "totalTokensPerSecond", "requestsPerSecond", "ttftP50Ms", "ttftP90Ms", "ttftP95Ms",
-    "ttftP99Ms", "ttftMeanMs", "tpotMeanMs", "tpotP99Ms", "itlP99Ms", "latencyP50Ms", "latencyP90Ms", "latencyP95Ms",
-    "latencyP99Ms", "latencyMeanMs", "completed", "failed", "errorFraction", "errors", "inputTokensAsked", "inputTokensServed",
-    "outputTokensAsked", "outputTokensServed", "concurrency", "repeats", "keptRepeat", "repeatOutputTokensPerSecond",
-    "clientLimited", "clientCpuPeak", "loopLagP99Ms", "startedAt", "finishedAt", "durationSeconds",
+    "v",
+    "ok",
+    "outputTokensPerSecond",
+    "totalTokensPerSecond",
+    "requestsPerSecond",
+    "ttftP50Ms",
+    "ttftP90Ms",
+    "ttftP95Ms",
+    "ttftP99Ms",
+    "ttftMeanMs",
+    "tpotMeanMs",
+    "tpotP99Ms",
+    "itlP99Ms",
+    "latencyP50Ms",
+    "latencyP90Ms",
+    "latencyP95Ms",
+    "latencyP99Ms",
+    "latencyMeanMs",
+    "completed",
+    "failed",
+    "errorFraction",
+    "errors",
+    "inputTokensAsked",
+    "inputTokensServed",
+    "outputTokensAsked",
+    "outputTokensServed",
+    "concurrency",
+    "repeats",
+    "keptRepeat",
+    "repeatOutputTokensPerSecond",
+    "clientLimited",
+    "clientCpuPeak",
+    "loopLagP99Ms",
+    "startedAt",
+    "finishedAt",
+    "durationSeconds",
 }
 
 
 def engine(tp: int = 1, seed: int = 1, model: str = "meta-llama/Llama-3.2-1B-Instruct", noise: float = 0.02, **extra: str):
-    args = ["--model", model, "--tensor-parallel-size", str(tp), "--max-num-seqs", "16", "--max-model-len", "2048",
-            "--gpu", "NVIDIA-H200", "--noise", str(noise), "--seed", str(seed), "--dcgm-port", "0"]
+    args = [
+        "--model",
+        model,
+        "--tensor-parallel-size",
+        str(tp),
+        "--max-num-seqs",
+        "16",
+        "--max-model-len",
+        "2048",
+        "--gpu",
+        "NVIDIA-H200",
+        "--noise",
+        str(noise),
+        "--seed",
+        str(seed),
+        "--dcgm-port",
+        "0",
+    ]
     for flag, value in extra.items():
         args += [f"--{flag.replace('_', '-')}", value]
     return start_engine(args)
@@ -76,7 +123,7 @@ def test_load_test_gives_the_load_generators_summary():
     start = engine()
     m = run_load_test(start.settings, SMALL)
     s = m.summary
-    assert CONTRACT_A_KEYS <= set(s)
+    assert set(s) >= CONTRACT_A_KEYS
     assert s["ok"] and s["completed"] == 40 and s["failed"] == 0 and s["repeats"] == 2
     assert s["inputTokensServed"] == 65  # 64 words + BOS, as the simulator counts completions prompts
     assert s["outputTokensServed"] == 16

@@ -141,8 +141,16 @@ class KubeGateway:
                 raise
         patch = {"spec": body["spec"]}
         try:
-            self.custom.patch_namespaced_custom_object(group, version, meta["namespace"], plural, meta["name"], patch,
-                                                       _content_type="application/merge-patch+json", _preload_content=False)
+            self.custom.patch_namespaced_custom_object(
+                group,
+                version,
+                meta["namespace"],
+                plural,
+                meta["name"],
+                patch,
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -158,7 +166,9 @@ class KubeGateway:
             if exc.status not in (404, 409):
                 raise
 
-    def request_token(self, namespace: str, service_account: str, pod_name: str, pod_uid: str, expiration_seconds: int, audience: str | None) -> tuple[str, float]:
+    def request_token(
+        self, namespace: str, service_account: str, pod_name: str, pod_uid: str, expiration_seconds: int, audience: str | None
+    ) -> tuple[str, float]:
         """A TokenRequest bound to the pod: (token, expiry as a Unix time)."""
         spec: dict[str, Any] = {
             "expirationSeconds": expiration_seconds,
@@ -239,6 +249,11 @@ class WatchFeed:
             except Exception as exc:  # noqa: BLE001 - a watch thread must outlive API hiccups
                 if self.stopping.is_set():
                     return
-                log.warning("Watch failed kind=%s error=%s; retrying in %.1fs", kind, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, backoff)
+                log.warning(
+                    "Watch failed kind=%s error=%s; retrying in %.1fs",
+                    kind,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    backoff,
+                )
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 10.0)

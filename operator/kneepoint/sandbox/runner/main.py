@@ -32,10 +32,10 @@ from typing import Any
 import aiohttp
 import click
 
+from kneepoint.sandbox.processes import MARKER_ENV
 from kneepoint.sandbox.runner.ipam import DEFAULT_POD_CIDR, LoopbackPool
 from kneepoint.sandbox.runner.kube import KubeGateway, WatchFeed
 from kneepoint.sandbox.runner.pods import PodSupervisor, RunnerSettings
-from kneepoint.sandbox.processes import MARKER_ENV
 from kneepoint.sandbox.runner.processes import reap_leftovers
 from kneepoint.sandbox.runner.resolve import DEFAULT_CLUSTER_DOMAIN, ResolveMap, build_resolve_map
 
@@ -64,7 +64,9 @@ def is_terminal(pod: Mapping[str, Any]) -> bool:
 class Runner:
     """Watches the API and keeps one :class:`PodSupervisor` per pod it owns."""
 
-    def __init__(self, gateway: KubeGateway, settings: RunnerSettings, pool: LoopbackPool, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> None:
+    def __init__(
+        self, gateway: KubeGateway, settings: RunnerSettings, pool: LoopbackPool, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    ) -> None:
         self.gateway = gateway
         self.settings = settings
         self.pool = pool
@@ -206,8 +208,18 @@ async def _main(kubeconfig: Path, settings: RunnerSettings, pod_cidr: str, clust
 
 
 @click.command()
-@click.option("--kubeconfig", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Kubeconfig the runner acts with (the sandbox's admin one).")
-@click.option("--state-dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Sandbox state dir; container logs go to <state-dir>/pods/.")
+@click.option(
+    "--kubeconfig",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Kubeconfig the runner acts with (the sandbox's admin one).",
+)
+@click.option(
+    "--state-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Sandbox state dir; container logs go to <state-dir>/pods/.",
+)
 @click.option(
     "--pod-cidr",
     default=DEFAULT_POD_CIDR,
@@ -217,10 +229,26 @@ async def _main(kubeconfig: Path, settings: RunnerSettings, pod_cidr: str, clust
     "env KNEEPOINT_SANDBOX_POD_CIDR. Two sandboxes side by side need two ranges.",
 )
 @click.option("--host-ip", default="127.0.0.1", show_default=True, help="status.hostIP of every pod (the nodes' address).")
-@click.option("--cluster-domain", default=DEFAULT_CLUSTER_DOMAIN, show_default=True, help="DNS suffix of Service names in KNEEPOINT_RESOLVE.")
-@click.option("--crash-backoff-seconds", default=10.0, show_default=True, type=click.FloatRange(min=0), help="First CrashLoopBackOff delay; doubles per crash.")
-@click.option("--crash-backoff-max-seconds", default=300.0, show_default=True, type=click.FloatRange(min=0), help="Largest CrashLoopBackOff delay.")
-@click.option("--shutdown-grace-seconds", default=10.0, show_default=True, type=click.FloatRange(min=0), help="On SIGTERM, how long children get before SIGKILL.")
+@click.option(
+    "--cluster-domain", default=DEFAULT_CLUSTER_DOMAIN, show_default=True, help="DNS suffix of Service names in KNEEPOINT_RESOLVE."
+)
+@click.option(
+    "--crash-backoff-seconds",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="First CrashLoopBackOff delay; doubles per crash.",
+)
+@click.option(
+    "--crash-backoff-max-seconds", default=300.0, show_default=True, type=click.FloatRange(min=0), help="Largest CrashLoopBackOff delay."
+)
+@click.option(
+    "--shutdown-grace-seconds",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="On SIGTERM, how long children get before SIGKILL.",
+)
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"]))
 def command(
     kubeconfig: Path,

@@ -519,7 +519,9 @@ def hardware_env(node_labels: Mapping[str, str], gpus: int) -> dict[str, str]:
     return env
 
 
-def simulator_env(pod: Mapping[str, Any], container: Mapping[str, Any], argv: Sequence[str], node_labels: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+def simulator_env(
+    pod: Mapping[str, Any], container: Mapping[str, Any], argv: Sequence[str], node_labels: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
     """(defaults, overrides) of a simulator's env.
 
     Defaults (the pod's own env wins): a short model load, POD_NAME/POD_NAMESPACE/

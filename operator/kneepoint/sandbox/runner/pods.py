@@ -59,7 +59,8 @@ from kneepoint.sandbox.runner.podstatus import (
 )
 from kneepoint.sandbox.runner.probes import probe_once
 from kneepoint.sandbox.runner.processes import ContainerProcess, log_file_name
-from kneepoint.sandbox.runner.resolve import ENV_VAR as RESOLVE_ENV, ResolveMap
+from kneepoint.sandbox.runner.resolve import ENV_VAR as RESOLVE_ENV
+from kneepoint.sandbox.runner.resolve import ResolveMap
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +240,10 @@ class PodSupervisor:
             return
         log.info("Adopted pod pod=%s/%s ip=%s", self.namespace, self.name, self.pod_ip)
         now = _now()
-        for records, specs, key in ((self.init_records, self.init_specs, "initContainerStatuses"), (self.records, self.specs, "containerStatuses")):
+        for records, specs, key in (
+            (self.init_records, self.init_specs, "initContainerStatuses"),
+            (self.records, self.specs, "containerStatuses"),
+        ):
             previous = {s.get("name"): s for s in status.get(key) or []}
             for record, spec in zip(records, specs):
                 seen = previous.get(record.name)
@@ -297,7 +301,14 @@ class PodSupervisor:
             except (ContainerConfigError, ContainerCommandError) as exc:
                 reason = "CreateContainerConfigError" if isinstance(exc, ContainerConfigError) else "CreateContainerError"
                 if (record.state, record.reason, record.message) != ("waiting", reason, str(exc)):
-                    log.info("Container not started pod=%s/%s container=%s reason=%s message=%s", self.namespace, self.name, record.name, reason, exc)
+                    log.info(
+                        "Container not started pod=%s/%s container=%s reason=%s message=%s",
+                        self.namespace,
+                        self.name,
+                        record.name,
+                        reason,
+                        exc,
+                    )
                 record.wait(reason, str(exc))
                 self._mark_dirty()
                 await self._sleep_unless_deleting(self._backoff(failures))
@@ -364,14 +375,24 @@ class PodSupervisor:
             cri_path=cri_path,
         )
         try:
-            pid = await process.start(f"pod={self.namespace}/{self.name} container={record.name} restart={record.restart_count} argv={' '.join(plan.argv[:4])}")
+            pid = await process.start(
+                f"pod={self.namespace}/{self.name} container={record.name} restart={record.restart_count} argv={' '.join(plan.argv[:4])}"
+            )
         except OSError as exc:
             record.terminate(_now(), 128, "StartError", f"failed to start: {exc}")
             self._mark_dirty()
             return 128
         self.processes[record.name] = process
         await self._publish_logs(record.name, cri_path, previous if previous and previous.exists() else None)
-        log.info("Started container pod=%s/%s container=%s kind=%s pid=%s ip=%s", self.namespace, self.name, record.name, plan.kind, pid, self.pod_ip)
+        log.info(
+            "Started container pod=%s/%s container=%s kind=%s pid=%s ip=%s",
+            self.namespace,
+            self.name,
+            record.name,
+            plan.kind,
+            pid,
+            self.pod_ip,
+        )
         record.run(_now(), f"sandbox://{pid}")
         probes = None if init else asyncio.create_task(self._probe(spec, record, process))
         if init:
@@ -571,7 +592,12 @@ class PodSupervisor:
 
     def _signature(self, observed: PodObservation) -> str:
         return json.dumps(
-            [observed.phase, observed.pod_ip, observed.initialized, [container_status(r) for r in (*observed.init_records, *observed.records)]],
+            [
+                observed.phase,
+                observed.pod_ip,
+                observed.initialized,
+                [container_status(r) for r in (*observed.init_records, *observed.records)],
+            ],
             sort_keys=True,
         )
 
@@ -590,7 +616,9 @@ class PodSupervisor:
             try:
                 patched = await asyncio.to_thread(self.services.gateway.patch_pod_status, self.namespace, self.name, body)
             except Exception as exc:  # noqa: BLE001 - retried on the next change or in a second
-                log.warning("Status patch failed pod=%s/%s error=%s", self.namespace, self.name, str(exc).splitlines()[0] if str(exc) else exc)
+                log.warning(
+                    "Status patch failed pod=%s/%s error=%s", self.namespace, self.name, str(exc).splitlines()[0] if str(exc) else exc
+                )
                 await asyncio.sleep(1.0)
                 self._mark_dirty()
                 continue

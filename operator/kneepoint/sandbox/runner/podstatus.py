@@ -32,7 +32,6 @@ WAITING, RUNNING, TERMINATED = "waiting", "running", "terminated"
 MANAGED_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
 
 
-
 @dataclass
 class ContainerRecord:
     """What the runner knows about one container of one pod."""
@@ -223,7 +222,9 @@ class PodObservation:
     reason: str = ""
 
 
-def _condition(previous: Mapping[str, Mapping[str, Any]], kind: str, status: bool, reason: str, message: str, now: str, generation: Any) -> dict[str, Any]:
+def _condition(
+    previous: Mapping[str, Mapping[str, Any]], kind: str, status: bool, reason: str, message: str, now: str, generation: Any
+) -> dict[str, Any]:
     value = "True" if status else "False"
     before = previous.get(kind) or {}
     changed = before.get("status") != value

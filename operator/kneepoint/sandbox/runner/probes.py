@@ -36,7 +36,7 @@ async def probe_once(spec: ProbeSpec, session: aiohttp.ClientSession) -> bool:
     if spec.action == "tcp":
         try:
             _reader, writer = await asyncio.wait_for(asyncio.open_connection(spec.host, spec.port), spec.timeout_seconds)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             return False
         writer.close()
         with contextlib.suppress(OSError):
@@ -54,5 +54,5 @@ async def probe_once(spec: ProbeSpec, session: aiohttp.ClientSession) -> bool:
             ssl=False,  # the kubelet does not verify a probe's certificate either
         ) as response:
             return 200 <= response.status < 400
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+    except (TimeoutError, aiohttp.ClientError, OSError):
         return False

@@ -92,8 +92,9 @@ class ContainerProcess:
     forces it (SIGKILL) after the grace period.
     """
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log_path: Path, pid_path: Path,
-                 cri_path: Path | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log_path: Path, pid_path: Path, cri_path: Path | None = None
+    ) -> None:
         self.argv = list(argv)
         self.cri_path = cri_path
         self._pumps: list[asyncio.Task[None]] = []
@@ -133,8 +134,10 @@ class ContainerProcess:
             self.cri_path.parent.mkdir(parents=True, exist_ok=True)
             self.cri_path.touch()
             assert self._process.stdout is not None and self._process.stderr is not None
-            self._pumps = [asyncio.create_task(self._pump(reader, name))
-                           for reader, name in ((self._process.stdout, "stdout"), (self._process.stderr, "stderr"))]
+            self._pumps = [
+                asyncio.create_task(self._pump(reader, name))
+                for reader, name in ((self._process.stdout, "stdout"), (self._process.stderr, "stderr"))
+            ]
         pid = self._process.pid
         self._write_pid_file(pid)
         return pid
@@ -186,7 +189,7 @@ class ContainerProcess:
         _kill_group(process.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(asyncio.shield(process.wait()), timeout=max(grace_seconds, 0.0))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.info("Killed process group after grace period pid=%s grace=%.0fs", process.pid, grace_seconds)
             _kill_group(process.pid, signal.SIGKILL)
             await process.wait()
