@@ -26,7 +26,8 @@ from kneepoint.core.needs import Needs
 from kneepoint.core.observations import FleetView
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.timestamps import rfc3339
-from kneepoint.kube import naming, pod_status
+from kneepoint.kube import fleet as kube_fleet
+from kneepoint.kube import naming
 from kneepoint.kube.child_reader import ChildReader
 
 log = logging.getLogger("kneepoint.broker")
@@ -97,11 +98,11 @@ class FleetCache:
     def view(
         self, gpu_resource: str, product: str | None, node_selector: dict[str, str], topology_key: str | None, reserved: dict[str, int]
     ) -> Any:
-        """pod_status.fleet_view over the cached lists, with ``reserved`` GPUs taken off."""
+        """kube.fleet.fleet_view over the cached lists, with ``reserved`` GPUs taken off."""
         key = (gpu_resource, product, tuple(sorted(node_selector.items())), topology_key)
         base = self.views.get(key)
         if base is None:
-            base = self.views[key] = pod_status.fleet_view(
+            base = self.views[key] = kube_fleet.fleet_view(
                 self.nodes, self.pods, gpu_resource, product, node_selector, None, topology_key=topology_key
             )
         if not reserved:
@@ -214,7 +215,7 @@ class GpuBroker:
         else:
 
             def view(product: str | None, topology_key: str | None = None) -> Any:
-                return pod_status.fleet_view(
+                return kube_fleet.fleet_view(
                     nodes, pods, spec.placement.gpu_resource, product, spec.placement.node_selector, reserved, topology_key=topology_key
                 )
 
@@ -228,9 +229,9 @@ class GpuBroker:
             else:
                 queue_position = self.queue.peek_position(product, uid)
         if product:
-            selectors = pod_status.product_selectors(nodes, product)
+            selectors = kube_fleet.product_selectors(nodes, product)
         if not fleet.domains:
-            problem = pod_status.placement_problem(nodes, spec.placement.gpu_resource, product, spec.placement.node_selector)
+            problem = kube_fleet.placement_problem(nodes, spec.placement.gpu_resource, product, spec.placement.node_selector)
         return FleetRead(fleet, product, queue_position, selectors, problem)
 
     def reserve(self, step: Step, spec: ExperimentSpec, name: str, now: float) -> None:

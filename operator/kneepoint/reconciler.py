@@ -40,7 +40,7 @@ from kneepoint.core.recommendation import recommendation
 from kneepoint.core.spec import ExperimentSpec, SpecError, parse_spec
 from kneepoint.core.status import ExperimentStatus
 from kneepoint.core.tiers import Tier
-from kneepoint.kube import kserve, manifests, naming, pod_status
+from kneepoint.kube import kserve, load_test_result, manifests, naming, pod_status
 from kneepoint.kube.child_reader import ChildReader
 from kneepoint.kube.child_writer import ChildWriter
 from kneepoint.kube.status_patch import merge_patch
@@ -387,12 +387,12 @@ class Reconciler:
         job = await self.reader.job(namespace, job_name)
         if job is None:
             return LoadTestState(attempt=attempt, exists=False)
-        succeeded, failed, message = pod_status.job_outcome(job)
+        succeeded, failed, message = load_test_result.job_outcome(job)
         summary = None
         if succeeded or failed:
             job_pods = await self.reader.job_pods(namespace, job_name)
-            term = pod_status.termination_message(job_pods, manifests.LOADGEN_CONTAINER)
-            summary = pod_status.parse_summary(term)
+            term = load_test_result.termination_message(job_pods, manifests.LOADGEN_CONTAINER)
+            summary = load_test_result.parse_summary(term)
             if failed and summary and summary.get("error"):
                 message = f"{message}; load generator: {summary['error']}"
             elif failed and term and not summary:

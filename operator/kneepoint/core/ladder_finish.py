@@ -52,7 +52,7 @@ def skip_remaining(p: Pass, why: str) -> None:
             if t.phase in ACTIVE_TIER_PHASES:
                 p.actions.append(DeleteTier(tier_of(t)))
             p.put_tier(replace(t, phase=TIER_SKIPPED, reason=why, finished_at=p.now))
-            p.event(reasons.TIER_SKIPPED, f"{tier_of(t).label} skipped: {why}")
+            p.event(reasons.TIER_SKIPPED_EVENT, f"{tier_of(t).label} skipped: {why}")
 
 
 def decide_or_continue(p: Pass) -> None:

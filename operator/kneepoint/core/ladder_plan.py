@@ -155,7 +155,7 @@ def plan(p: Pass, spec_hash: str) -> None:
         results.append(result)
         lines.append(f"{tier.label}: {result.phase}" + (f" ({result.reason})" if result.phase == TIER_SKIPPED else ""))
         if result.phase == TIER_SKIPPED:
-            p.event(reasons.TIER_SKIPPED, f"{tier.label} skipped without deploying: {result.reason}")
+            p.event(reasons.TIER_SKIPPED_EVENT, f"{tier.label} skipped without deploying: {result.reason}")
 
     p.status = replace(
         p.status,

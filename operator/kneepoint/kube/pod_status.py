@@ -263,9 +263,3 @@ def group_state(
         pods_placed=len(placed),
         node_names=node_names,
     )
-
-
-# reconciler.py and the GPU broker (broker.py) still read the fleet and the load-test Job through
-# this module; these names go when they import kube.fleet and kube.load_test_result themselves.
-from kneepoint.kube.fleet import fleet_view, placement_problem, product_selectors  # noqa: E402,F401
-from kneepoint.kube.load_test_result import job_outcome, parse_summary, termination_message  # noqa: E402,F401

@@ -34,7 +34,7 @@ def test_plan_skips_tiers_that_cannot_fit_without_deploying():
     tp1 = d.tier("tp1-pp1")
     assert tp1.does_not_fit and "does not fit" in tp1.reason and "GiB" in tp1.reason
     assert not any(isinstance(a, EnsureEngine) for a in r.actions)
-    assert any(e.reason == reasons.TIER_SKIPPED for e in r.events)
+    assert any(e.reason == reasons.TIER_SKIPPED_EVENT for e in r.events)
     assert get_condition(d.status.conditions, reasons.PLANNED).status == "True"
     assert d.status.phase == "Profiling" and d.status.measured_spec_hash == measurement_hash(d.spec)
 
@@ -57,7 +57,7 @@ def test_small_model_stops_at_tp1_by_memory_headroom_and_cleans_up():
     assert any(e.reason == reasons.DECISION_MADE for e in r.events)
     assert d.status.decided_tier == "TP1"
     # Tiers the decision made unnecessary get an event each, like tiers skipped at plan time.
-    skipped = [e.message for e in r.events if e.reason == reasons.TIER_SKIPPED]
+    skipped = [e.message for e in r.events if e.reason == reasons.TIER_SKIPPED_EVENT]
     assert [m.split()[0] for m in skipped] == ["TP2", "TP4", "TP8"] and all("not needed" in m for m in skipped)
 
 

@@ -92,7 +92,7 @@ def test_tensor_parallel_spanning_nodes_is_refused_at_plan_time() -> None:
     assert tp16pp2.phase == "Skipped"
     assert "tensor parallelism would span nodes" in tp16pp2.reason and "TP16" in tp16pp2.reason and "8" in tp16pp2.reason
     assert not any(isinstance(a, EnsureEngine) for a in r.actions)
-    assert any(e.reason == reasons.TIER_SKIPPED and "span nodes" in e.message for e in r.events)
+    assert any(e.reason == reasons.TIER_SKIPPED_EVENT and "span nodes" in e.message for e in r.events)
 
 
 def test_a_group_the_fleet_can_never_hold_is_skipped_at_plan_time() -> None:
