@@ -404,3 +404,31 @@ def test_an_emptydir_shared_by_two_containers_becomes_one_per_pod_directory() ->
     assert '{"profiler":"torch","torch_profiler_dir":"/state/pods/u-1/volumes/profiles"}' in e.argv
     assert list(s.argv) == [PY, "-m", "kneepoint", "trace", "--watch", "/state/pods/u-1/volumes/profiles", "--serve-metrics", f"{IP}:9464"]
     assert manifests.PROFILES_DIR == "/var/run/kneepoint/profiles"
+
+
+def test_a_mount_never_rewrites_the_runners_own_interpreter_or_forced_files() -> None:
+    # A checkout under /tmp (a CI clone) beside the operator pod's emptyDir at /tmp: the runner's python
+    # and the files it forces (KUBECONFIG) stay where they are; only the container's own words move.
+    operator = {
+        "name": "operator",
+        "image": "ghcr.io/kneepoint/kneepoint:0.1.0",
+        "args": ["operator", "--json-logs"],
+        "env": [{"name": "SCRATCH", "value": "/tmp/scratch"}],
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    p = pod([operator], volumes=[{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}])
+    plan = plan_container(
+        p,
+        operator,
+        python="/tmp/clone/.venv/bin/python",
+        pod_ip=IP,
+        host_ip="127.0.0.1",
+        node=NODE,
+        sources=EnvSources(),
+        runtime_env={},
+        forced_env={"KUBECONFIG": "/tmp/clone/state/kubeconfig"},
+        volume_dirs={"tmp": "/state/pods/u-2/volumes/tmp"},
+    )
+    assert plan.argv[0] == "/tmp/clone/.venv/bin/python"
+    assert plan.env["KUBECONFIG"] == "/tmp/clone/state/kubeconfig"
+    assert plan.env["SCRATCH"] == "/state/pods/u-2/volumes/tmp/scratch"

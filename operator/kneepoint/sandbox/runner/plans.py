@@ -581,10 +581,13 @@ def plan_container(
     metadata = pod.get("metadata") or {}
     defaults = {**IMAGE_ENV, "HOSTNAME": str(metadata.get("name", "")), **runtime_env}
     probe_env = container_env(pod, container, pod_ip=pod_ip, host_ip=host_ip, node=node, sources=sources, defaults=defaults)
+    # The container's own words only: the runner's interpreter (which may itself live under a path a
+    # mount shadows, e.g. a checkout in /tmp beside an emptyDir at /tmp) and its forced env stay as they are.
+    mounts = mount_paths(container, volume_dirs or {})
     expanded = dict(container)
     for key in ("command", "args"):
         if container.get(key):
-            expanded[key] = [expand_references(str(w), probe_env) for w in container[key]]
+            expanded[key] = [rewrite_mount_paths(expand_references(str(w), probe_env), mounts) for w in container[key]]
     kind, argv, listen = container_argv(expanded, python, pod_ip)
     overrides: dict[str, str] = {}
     if is_simulator(kind, argv):
@@ -593,11 +596,9 @@ def plan_container(
         defaults = {**defaults, **sim_defaults}
     env = container_env(pod, container, pod_ip=pod_ip, host_ip=host_ip, node=node, sources=sources, defaults=defaults)
     env.update(overrides)
-    env.update(forced_env)
-    mounts = mount_paths(container, volume_dirs or {})
     if mounts:
-        argv = [rewrite_mount_paths(w, mounts) for w in argv]
         env = {k: rewrite_mount_paths(v, mounts) for k, v in env.items()}
+    env.update(forced_env)
     return ContainerPlan(name=name, image=image, kind=kind, argv=tuple(argv), env=env, listen=listen)
 
 
