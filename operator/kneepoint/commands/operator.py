@@ -30,10 +30,27 @@ LOST_EXIT_CODE = 3
 """Exit status of a leader that lost its Lease under ``--exit-on-lost-lease``."""
 
 
-def _start_over() -> None:
-    """Replace this process with a fresh ``kneepoint operator`` of the same arguments: a standby again."""
+def _start_over(lease_namespace: str) -> None:
+    """Replace this process with a fresh ``kneepoint operator`` of the same arguments: a standby again.
+
+    The Lease's namespace is handed on (its option's variable), so the new process need not look it up
+    while the API server may still be away.
+    """
+    os.environ["KNEEPOINT_LEASE_NAMESPACE"] = lease_namespace
     argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
     os.execv(sys.executable, [sys.executable, *argv[1:]])
+
+
+async def _find_lease_namespace(le: Any, api: Any, name: str) -> str | None:
+    """``find_lease_namespace``, retried while the API server cannot be reached (a start during its restart)."""
+    delay = 1.0
+    while True:
+        try:
+            return await asyncio.to_thread(le.find_lease_namespace, api, name)
+        except Exception as exc:  # noqa: BLE001 - urllib3's connection errors: wait for the API server, as the election does
+            log.warning("Looking up the Lease %s failed (%s); retrying in %.0f s", name, type(exc).__name__, delay)
+            await asyncio.sleep(delay)
+            delay = min(30.0, delay * 2)
 
 
 def _election_client() -> Any:
@@ -68,7 +85,7 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
         lease_namespace
         or le.in_cluster_namespace()
         # A local process joins the election of an install that already runs (the chart's namespace).
-        or await asyncio.to_thread(le.find_lease_namespace, api, name)
+        or await _find_lease_namespace(le, api, name)
         or _context_namespace()
         or "default"
     )
@@ -117,7 +134,7 @@ async def _lead_then_operate(settings: OperatorSettings, memo: kopf.Memo, lease_
             os._exit(LOST_EXIT_CODE)
         log.error("Lost the leadership of Lease %s/%s: starting over as a standby without another write", namespace, name)
         logging.shutdown()
-        _start_over()
+        _start_over(namespace)
     hold.cancel()
     if await elector.release_after_renewals():
         log.info("Released Lease %s/%s", namespace, name)
