@@ -123,7 +123,15 @@ def test_prometheus_restart_while_a_tier_collects(sandbox: Any, restorer: list[s
     name = "prom"
     sandbox.kubectl("create", "namespace", namespace)
     op = OperatorProcess(
-        sandbox, tmp_path / "operator", extra_env={"KNEEPOINT_NAMESPACES": namespace, "KNEEPOINT_METRICS_DEADLINE_SECONDS": "300"}
+        sandbox,
+        tmp_path / "operator",
+        # A settle longer than the load test's unmeasured profiled slice (docs/trace.md): the settle counts from
+        # the measured window's end, so without it the tier is Collecting for one pass only and the test misses it.
+        extra_env={
+            "KNEEPOINT_NAMESPACES": namespace,
+            "KNEEPOINT_METRICS_DEADLINE_SECONDS": "300",
+            "KNEEPOINT_METRICS_SETTLE_SECONDS": "40",
+        },
     )
     op.start()
     try:
