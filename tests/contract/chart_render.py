@@ -220,3 +220,16 @@ def operator_permissions(clusterwide: bool) -> set[Permission]:
     perms |= framework_permissions(clusterwide)
     perms |= owner_reference_permissions()
     return perms
+
+
+# Every optional part of the chart switched on (the chart tests and the subchart tests render it).
+ALL_ON: dict[str, Any] = {
+    "watchNamespaces": ["team-a", "team-b"],
+    "probe": {"enabled": True},
+    "grafana": {"dashboard": {"enabled": True}},
+    "monitoring": {
+        "operator": {"serviceMonitor": {"enabled": True}},
+        "engines": {"podMonitor": {"enabled": True, "simulatorDcgm": True}},
+        "dcgmExporter": {"serviceMonitor": {"enabled": True}},
+    },
+}

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_render import (
+    ALL_ON,
     CHART,
     CLUSTER,
     NAMESPACE,
@@ -32,16 +33,6 @@ from kneepoint.settings import OperatorSettings
 DEFAULT_IMAGE = "ghcr.io/kneepoint/kneepoint:0.1.0"
 # Labels the chart adds to the metadata of every object; the builders do not know them.
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by"}
-ALL_ON: dict[str, Any] = {
-    "watchNamespaces": ["team-a", "team-b"],
-    "probe": {"enabled": True},
-    "grafana": {"dashboard": {"enabled": True}},
-    "monitoring": {
-        "operator": {"serviceMonitor": {"enabled": True}},
-        "engines": {"podMonitor": {"enabled": True, "simulatorDcgm": True}},
-        "dcgmExporter": {"serviceMonitor": {"enabled": True}},
-    },
-}
 
 
 def _by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -15,20 +15,10 @@ from typing import Any
 import k8s_openapi
 import pytest
 import yaml
-from chart_render import CHART, render, run_helm
+from chart_render import ALL_ON, CHART, render, run_helm
 
 from kneepoint.nodeprobe import daemonset as probe
 
-ALL_ON: dict[str, Any] = {
-    "watchNamespaces": ["team-a", "team-b"],
-    "probe": {"enabled": True},
-    "grafana": {"dashboard": {"enabled": True}},
-    "monitoring": {
-        "operator": {"serviceMonitor": {"enabled": True}},
-        "engines": {"podMonitor": {"enabled": True, "simulatorDcgm": True}},
-        "dcgmExporter": {"serviceMonitor": {"enabled": True}},
-    },
-}
 # OpenShift's restricted-v2 assigns the UID: no fixed IDs anywhere.
 OPENSHIFT: dict[str, Any] = {
     "podSecurityContext": {"runAsUser": None, "runAsGroup": None},

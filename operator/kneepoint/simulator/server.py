@@ -94,6 +94,17 @@ class SimulatorSettings:
         return self.served_model_names[0]
 
 
+def scheduler_config(settings: SimulatorSettings) -> SchedulerConfig:
+    """The scheduler's limits from the engine's flags (the HTTP engine and the virtual tier alike)."""
+    return SchedulerConfig(
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        num_gpu_blocks=settings.num_gpu_blocks,
+        max_model_len=settings.max_model_len,
+        block_size=settings.block_size,
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Per-request streams
 
@@ -221,13 +232,7 @@ class Engine:
         self._loop = loop
         self._intake_free_at = 0.0
         self._idle_arrival: float | None = None  # modelled arrival of the request that woke an idle engine
-        config = SchedulerConfig(
-            max_num_seqs=settings.max_num_seqs,
-            max_num_batched_tokens=settings.max_num_batched_tokens,
-            num_gpu_blocks=settings.num_gpu_blocks,
-            max_model_len=settings.max_model_len,
-            block_size=settings.block_size,
-        )
+        config = scheduler_config(settings)
         self.scheduler = Scheduler(config, settings.perf.step_time, clock=loop.time, noise=settings.noise, seed=settings.seed)
         self.telemetry = Telemetry()
         self.metrics = VllmMetrics(

@@ -50,8 +50,8 @@ from kneepoint.loadgen.records import HTTP_4XX, RequestRecord
 from kneepoint.loadgen.statistics import percentile_sorted
 from kneepoint.loadgen.summary import ClientLoad, build_summary, select_repeat, summarize_repeat
 from kneepoint.loadgen.workload import build_prompt, build_request_body
-from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig, SimRequest
-from kneepoint.simulator.server import SimulatorSettings
+from kneepoint.simulator.scheduler import Scheduler, SimRequest
+from kneepoint.simulator.server import SimulatorSettings, scheduler_config
 from kneepoint.simulator.startup import EXIT_REFUSED, EngineRefusal
 from kneepoint.simulator.tokens import count_chat_prompt, count_completion_prompt
 
@@ -295,13 +295,7 @@ class _VirtualRun:
         self.settings = settings
         self.workload = workload
         self.now = 0.0
-        config = SchedulerConfig(
-            max_num_seqs=settings.max_num_seqs,
-            max_num_batched_tokens=settings.max_num_batched_tokens,
-            num_gpu_blocks=settings.num_gpu_blocks,
-            max_model_len=settings.max_model_len,
-            block_size=settings.block_size,
-        )
+        config = scheduler_config(settings)
         self.scheduler = Scheduler(config, settings.perf.step_time, clock=lambda: self.now, noise=settings.noise, seed=settings.seed)
         self.steps: list[_Step] = []
         self.sent = 0
