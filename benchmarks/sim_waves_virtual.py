@@ -45,7 +45,7 @@ def run(concurrency: int, measured: int, warmup: int, delay: float, seed: int) -
     sched = Scheduler(config, settings.perf.step_time, clock=lambda: now[0], noise=settings.noise, seed=seed)
     intake_cost = settings.perf.calibration.serving.api_us_per_prompt_token * PROMPT * 1e-6
     intake_free = 0.0
-    arrivals: list[tuple[float, int]] = []  # (reaches the engine, index): the server.Engine.intake queue
+    arrivals: list[tuple[float, int]] = []  # (reaches the engine, index): the engine.Engine.intake queue
     starts: dict[int, float] = {}
     tokens: dict[int, list[float]] = {}
     done: list[int] = []
