@@ -206,9 +206,7 @@ class Reconciler:
         owner = manifests.Owner(name, namespace, uid)
         for action in step.actions:
             new_status = await self._apply(action, spec, owner, new_status, obs)
-        position = self.broker.hold_place(uid, obs.gpu_product, is_waiting_for_gpus(new_status), new_status.waiting_since)
-        if position is not None:
-            new_status = dataclasses.replace(new_status, queue_position=position)
+        self.broker.hold_place(uid, obs.gpu_product, is_waiting_for_gpus(new_status), new_status.waiting_since)
         step = dataclasses.replace(step, status=new_status)
         await self._write(body, old_json, step)
         if new_status.phase != derive_phase(status.conditions):
