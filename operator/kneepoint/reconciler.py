@@ -466,7 +466,6 @@ class Reconciler:
             architecture=obs.architecture,
             gpu_product=obs.gpu_product or spec.placement.gpu_product,
             require_nvlink=obs.require_nvlink,
-            pretend_termination_message=self.settings.sandbox_pretend_termination_message,
         )
         if isinstance(action, EnsureEngine):
             selectors = dict(obs.product_selectors)

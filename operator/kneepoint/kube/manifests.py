@@ -73,22 +73,6 @@ class BuildContext:
     """Whether TP groups must sit inside one NVLink domain (False on PCIe-only fleets)."""
     architecture: Any = None
     """The resolved ModelArchitecture (sizes the engine's memory and ephemeral-storage requests); None: not known."""
-    pretend_termination_message: str | None = None
-    """Test-only, never set in production (operator setting ``sandbox_pretend_termination_message``):
-    engine and load-test pods get the label ``kneepoint.io/sandbox-pretend: "true"``, so the
-    sandbox's KWOK pretends to run them without processes, and load-test pods carry this text
-    in the annotation ``kneepoint.io/sandbox-pretend-termination-message``, which KWOK's
-    pod-complete stage writes as their termination message (the operator-scale benchmark,
-    docs/performance.md)."""
-
-
-SANDBOX_PRETEND_LABEL = "kneepoint.io/sandbox-pretend"
-SANDBOX_PRETEND_MESSAGE_ANNOTATION = "kneepoint.io/sandbox-pretend-termination-message"
-
-
-def _pod_labels(labels: dict[str, str], ctx: BuildContext) -> dict[str, str]:
-    """Pod template labels: the child's, plus the sandbox's pretend label in the test-only mode."""
-    return dict(labels, **{SANDBOX_PRETEND_LABEL: "true"}) if ctx.pretend_termination_message is not None else labels
 
 
 def model_reference(spec: ExperimentSpec) -> str:
@@ -435,7 +419,7 @@ def build_engine_deployment(
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {
-                    "labels": _pod_labels(labels, ctx),
+                    "labels": labels,
                     "annotations": {
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(spec.engine.port),
@@ -623,13 +607,6 @@ def profile_args(tier: Tier) -> list[str]:
     return ["--profile-seconds", f"{PROFILE_SECONDS:g}"]
 
 
-def _load_test_pod_metadata(labels: dict[str, str], ctx: BuildContext) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"labels": _pod_labels(labels, ctx)}
-    if ctx.pretend_termination_message is not None:
-        metadata["annotations"] = {SANDBOX_PRETEND_MESSAGE_ANNOTATION: ctx.pretend_termination_message}
-    return metadata
-
-
 def build_load_test_job(spec: ExperimentSpec, owner: Owner, tier: Tier, attempt: int, ctx: BuildContext) -> dict[str, Any]:
     """One load-test attempt: a Job whose pod writes its summary to the termination message."""
     labels = naming.child_labels(owner.name, tier, naming.ROLE_LOADTEST)
@@ -649,7 +626,7 @@ def build_load_test_job(spec: ExperimentSpec, owner: Owner, tier: Tier, attempt:
             "backoffLimit": 0,
             "activeDeadlineSeconds": spec.budget.load_test_timeout_seconds,
             "template": {
-                "metadata": _load_test_pod_metadata(labels, ctx),
+                "metadata": {"labels": labels},
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
