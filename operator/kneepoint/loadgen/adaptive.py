@@ -176,27 +176,30 @@ class Interval:
 def throughput_interval(
     completions: Sequence[tuple[float, int]], phase_start: float, concurrency: int, confidence: float
 ) -> Interval | None:
-    """Output tokens/s from ``(end, output tokens)`` of completed requests in end order; None before ``MIN_BATCHES`` batches.
+    """Output tokens/s from ``(end, output tokens)`` of completed requests in end order; None before ``MIN_BATCHES`` cycles.
 
     Batch b holds ``size`` consecutive completions (``size`` a whole number of cycles of
-    ``concurrency``: in a closed loop each slot is refreshed about once per cycle) and spans
-    from the previous batch's last end (the phase start for the first) to its own last end.
-    The estimate is the ratio sum(tokens) / sum(spans); its standard error is the ratio
-    estimator's, sqrt(sum((y_b - R x_b)^2) / (k (k - 1))) / mean(x).
+    ``concurrency``: in a closed loop each slot is refreshed about once per cycle; the
+    completions after the last whole batch form one shorter batch) and spans from the
+    previous batch's last end (the phase start for the first) to its own last end. The
+    estimate is the ratio sum(tokens) / sum(spans) = all tokens / (last end - phase start),
+    the repeat's own output tokens/s; its standard error is the ratio estimator's,
+    sqrt(sum((y_b - R x_b)^2) / (k (k - 1))) / mean(x), with a Student-t quantile of k - 1
+    degrees of freedom.
     """
     cycle = max(1, concurrency)
     cycles = len(completions) // cycle
     if cycles < MIN_BATCHES:
         return None
     size = cycle * max(1, cycles // MAX_BATCHES)
-    count = len(completions) // size
     tokens, spans, previous = [], [], phase_start
-    for b in range(count):
-        batch = completions[b * size : (b + 1) * size]
+    for first in range(0, len(completions), size):
+        batch = completions[first : first + size]
         end = batch[-1][0]
         tokens.append(float(sum(t for _, t in batch)))
         spans.append(max(0.0, end - previous))
         previous = end
+    count = len(spans)
     elapsed = math.fsum(spans)
     if elapsed <= 0:
         return None
@@ -330,16 +333,22 @@ def replay_requests_sent(records: Sequence[RequestRecord], concurrency: int, pla
 
 
 def adaptive_json(plan: AdaptivePlan, planned: int, sent: int, stopped: Assessment | None, final: Assessment) -> dict[str, Any]:
-    """The summary's ``adaptive`` object: the setting, whether and why the repeat stopped early, requests sent, intervals."""
+    """The summary's ``adaptive`` object: the setting, whether and why the repeat stopped early, requests sent, intervals.
+
+    The intervals are the ones that stopped the repeat (over the completions up to the stop;
+    the requests still in flight then finish afterwards and count in the repeat's figures),
+    else the ones over the whole repeat, its drain included.
+    """
+    shown = stopped or final
     return {
         "stoppedEarly": stopped is not None,
-        "reason": (stopped or final).reason,
+        "reason": shown.reason,
         "requestsPlanned": planned,
         "requestsSent": sent,
         "completedAtStop": None if stopped is None else stopped.completed,
         "relativePrecision": plan.relative_precision,
         "confidence": plan.confidence,
         "minRequests": plan.min_requests,
-        "outputTokensPerSecondInterval": None if final.throughput is None else final.throughput.to_json(3),
-        "latencyP99MsInterval": None if final.latency_p99_ms is None else final.latency_p99_ms.to_json(3),
+        "outputTokensPerSecondInterval": None if shown.throughput is None else shown.throughput.to_json(3),
+        "latencyP99MsInterval": None if shown.latency_p99_ms is None else shown.latency_p99_ms.to_json(3),
     }
