@@ -28,14 +28,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kneepoint.core.spec import ADAPTIVE_CONFIDENCE, ADAPTIVE_MIN_REQUESTS, ADAPTIVE_RELATIVE_PRECISION
 from kneepoint.loadgen.records import RequestRecord
 from kneepoint.loadgen.statistics import percentile_sorted
 
-DEFAULT_RELATIVE_PRECISION = 0.05
-"""Half of the smallest default stop-rule threshold (maxP99Degradation 0.10): a tier's P99 known
-to +-5 % tells a 10 % degradation apart; throughput gets the same bound (minThroughputGain is 0.20)."""
-DEFAULT_CONFIDENCE = 0.95
-DEFAULT_MIN_REQUESTS = 100
+# The defaults are spec.load.adaptive's (core/spec.py says why).
+DEFAULT_RELATIVE_PRECISION = ADAPTIVE_RELATIVE_PRECISION
+DEFAULT_CONFIDENCE = ADAPTIVE_CONFIDENCE
+DEFAULT_MIN_REQUESTS = ADAPTIVE_MIN_REQUESTS
 MIN_BATCHES = 5
 """Fewer batch means give a Student-t quantile so wide (t(0.975, 3) = 3.18) that the interval says little."""
 MAX_BATCHES = 30
