@@ -38,9 +38,13 @@ DEFAULT_CONFIDENCE = ADAPTIVE_CONFIDENCE
 DEFAULT_MIN_REQUESTS = ADAPTIVE_MIN_REQUESTS
 MIN_BATCHES = 5
 """Fewer batch means give a Student-t quantile so wide (t(0.975, 3) = 3.18) that the interval says little."""
-MAX_BATCHES = 30
-"""Batches grow (in whole cycles) past this count, so each stays long next to the correlation between cycles."""
+MAX_BATCHES = 20
+"""Batches grow (in whole cycles) past this count (batch means' usual 10 to 30), so each stays long next to the
+correlation between cycles."""
 QUANTILE = 0.99
+
+Completion = tuple[float, int, float]
+"""One successful request: (end, output tokens, E2E latency in ms)."""
 
 
 @dataclass(frozen=True)
@@ -173,33 +177,33 @@ class Interval:
         return [round(self.low, digits), round(self.high, digits)]
 
 
-def throughput_interval(
-    completions: Sequence[tuple[float, int]], phase_start: float, concurrency: int, confidence: float
-) -> Interval | None:
-    """Output tokens/s from ``(end, output tokens)`` of completed requests in end order; None before ``MIN_BATCHES`` cycles.
+def throughput_interval(completions: Sequence[Completion], concurrency: int, confidence: float) -> Interval | None:
+    """The closed loop's steady output tokens/s from ``(end, output tokens, ...)`` of completed requests in end order.
 
-    Batch b holds ``size`` consecutive completions (``size`` a whole number of cycles of
-    ``concurrency``: in a closed loop each slot is refreshed about once per cycle; the
-    completions after the last whole batch form one shorter batch) and spans from the
-    previous batch's last end (the phase start for the first) to its own last end. The
-    estimate is the ratio sum(tokens) / sum(spans) = all tokens / (last end - phase start),
-    the repeat's own output tokens/s; its standard error is the ratio estimator's,
+    The first cycle of ``concurrency`` completions is the ramp (every slot started at once,
+    all prefills together) and is left out, as batch means leave out an initial transient:
+    batches start at its last end. Batch b holds ``size`` consecutive completions (a whole
+    number of cycles: in a closed loop each slot is refreshed about once per cycle) and spans
+    from the previous batch's last end to its own; completions after the last whole batch
+    (mid-repeat: the next batch under way; at the end: the drain) are left out too. The
+    estimate is the ratio sum(tokens) / sum(spans); its standard error the ratio estimator's,
     sqrt(sum((y_b - R x_b)^2) / (k (k - 1))) / mean(x), with a Student-t quantile of k - 1
-    degrees of freedom.
+    degrees of freedom. None before ``MIN_BATCHES`` batches.
     """
     cycle = max(1, concurrency)
-    cycles = len(completions) // cycle
-    if cycles < MIN_BATCHES:
+    if len(completions) < cycle * (MIN_BATCHES + 1):
         return None
-    size = cycle * max(1, cycles // MAX_BATCHES)
-    tokens, spans, previous = [], [], phase_start
-    for first in range(0, len(completions), size):
-        batch = completions[first : first + size]
+    previous = completions[cycle - 1][0]
+    rest = completions[cycle:]
+    size = cycle * max(1, (len(rest) // cycle) // MAX_BATCHES)
+    count = len(rest) // size
+    tokens, spans = [], []
+    for b in range(count):
+        batch = rest[b * size : (b + 1) * size]
         end = batch[-1][0]
-        tokens.append(float(sum(t for _, t in batch)))
+        tokens.append(float(sum(c[1] for c in batch)))
         spans.append(max(0.0, end - previous))
         previous = end
-    count = len(spans)
     elapsed = math.fsum(spans)
     if elapsed <= 0:
         return None
@@ -232,6 +236,8 @@ class Assessment:
     reason: str
     throughput: Interval | None
     latency_p99_ms: Interval | None
+    ramp_shift: float | None = None
+    """(P99 - the whole plan's projected P99) / P99: what stopping here does to the reported P99 (``planned_p99``)."""
 
 
 class AdaptiveStop:
@@ -245,8 +251,7 @@ class AdaptiveStop:
         self.plan = plan
         self.concurrency = max(1, concurrency)
         self.planned = planned
-        self.phase_start: float | None = None
-        self.completions: list[tuple[float, int]] = []
+        self.completions: list[Completion] = []
         self.latencies_ms: list[float] = []
         self.decision: Assessment | None = None
 
@@ -256,62 +261,97 @@ class AdaptiveStop:
 
     def add(self, record: RequestRecord) -> bool:
         """Take one finished request (failed ones count as sent, not as samples); whether to stop sending."""
-        if self.phase_start is None or record.start < self.phase_start:
-            self.phase_start = record.start
         if self.decision is not None:
             return True
         if not record.ok or record.end is None or record.latency is None:
             return False
-        bisect.insort(self.completions, (record.end, record.output_tokens or 0))
+        bisect.insort(self.completions, (record.end, record.output_tokens or 0, record.latency * 1000.0))
         bisect.insort(self.latencies_ms, record.latency * 1000.0)
         done = len(self.completions)
         if done < self.plan.min_requests or done % self.concurrency:
             return False
-        verdict = assess_samples(self.completions, self.latencies_ms, self.phase_start, self.concurrency, self.plan)
+        verdict = assess_samples(self.completions, self.latencies_ms, self.concurrency, self.plan, self.planned)
         if verdict.precise:
             self.decision = verdict
         return verdict.precise
 
 
 def assess_samples(
-    completions: Sequence[tuple[float, int]],
+    completions: Sequence[Completion],
     ordered_latencies_ms: Sequence[float],
-    phase_start: float,
     concurrency: int,
     plan: AdaptivePlan,
+    planned: int | None = None,
 ) -> Assessment:
-    """Both intervals over these samples and whether both are within the plan's precision."""
+    """Both intervals over these samples and whether both are within the plan's precision.
+
+    The P99 must also not depend on where the repeat stops: the first cycle's requests (the
+    ramp: all prefills queued together) sit in the latency tail, and while they are more than
+    about 1 % of the samples the P99 lies among them, so a shorter repeat reports a higher P99
+    than a longer one. ``planned_p99`` projects the P99 the whole plan would report (the ramp's
+    samples once, the others weighted up to the plan's count); stopping may not move the P99
+    from it by more than the precision.
+    """
     n = len(completions)
-    throughput = throughput_interval(completions, phase_start, concurrency, plan.confidence)
+    cycle = max(1, concurrency)
+    throughput = throughput_interval(completions, concurrency, plan.confidence)
     p99 = quantile_interval(ordered_latencies_ms, plan.confidence)
     target = plan.relative_precision
     missing = []
+    ramp_shift = None
     if p99 is None:
         need = min_samples_for_quantile(QUANTILE, plan.confidence)
         missing.append(f"the P99 interval needs {need} completed requests at {plan.confidence:.0%} confidence")
-    elif p99.relative > target:
-        missing.append(f"P99 +-{p99.relative:.1%} > {target:.1%}")
+    else:
+        if p99.relative > target:
+            missing.append(f"P99 +-{p99.relative:.1%} > {target:.1%}")
+        if planned is not None and planned > n > cycle and p99.estimate > 0:
+            ramp_shift = (p99.estimate - planned_p99(completions, cycle, planned)) / p99.estimate
+            if abs(ramp_shift) > target:
+                missing.append(f"stopping now moves the P99 by {ramp_shift:+.1%} from the whole plan's (the ramp's share)")
     if throughput is None:
-        missing.append(f"the throughput interval needs {MIN_BATCHES} cycles of {concurrency} completions")
+        missing.append(f"the throughput interval needs {MIN_BATCHES + 1} cycles of {concurrency} completions")
     elif throughput.relative > target:
         missing.append(f"throughput +-{throughput.relative:.1%} > {target:.1%}")
     if n < plan.min_requests:
         missing.append(f"{n} < --adaptive-min-requests {plan.min_requests}")
     if missing:
-        return Assessment(False, n, "; ".join(missing), throughput, p99)
+        return Assessment(False, n, "; ".join(missing), throughput, p99, ramp_shift)
     assert throughput is not None and p99 is not None
-    reason = f"throughput +-{throughput.relative:.1%} and P99 +-{p99.relative:.1%} <= {target:.1%} at {plan.confidence:.0%} confidence"
-    return Assessment(True, n, reason, throughput, p99)
+    reason = (
+        f"throughput +-{throughput.relative:.1%} and P99 +-{p99.relative:.1%} <= {target:.1%} at {plan.confidence:.0%} "
+        f"confidence; {ramp_shift or 0.0:+.1%} from the whole plan's P99"
+    )
+    return Assessment(True, n, reason, throughput, p99, ramp_shift)
 
 
-def assess_records(records: Iterable[RequestRecord], concurrency: int, plan: AdaptivePlan) -> Assessment:
+def planned_p99(completions: Sequence[Completion], cycle: int, planned: int) -> float:
+    """The P99 a repeat of ``planned`` requests would report, projected from these completions (in end order).
+
+    The first ``cycle`` completions (the ramp) occur once in any repeat; the others stand for
+    the ``planned - cycle`` steady requests of the whole plan, each weighted (planned - cycle) /
+    (n - cycle). The weighted empirical quantile: the smallest latency whose cumulative weight
+    reaches 99 % of the total.
+    """
+    n = len(completions)
+    weight = (planned - cycle) / (n - cycle)
+    samples = sorted([(c[2], 1.0) for c in completions[:cycle]] + [(c[2], weight) for c in completions[cycle:]])
+    target = QUANTILE * float(planned)
+    total = 0.0
+    for latency, w in samples:
+        total += w
+        if total >= target:
+            return latency
+    return samples[-1][0]
+
+
+def assess_records(records: Iterable[RequestRecord], concurrency: int, plan: AdaptivePlan, planned: int | None = None) -> Assessment:
     """The intervals over a repeat's records (successful ones), as the summary reports them."""
     records = list(records)
     done = [r for r in records if r.ok and r.end is not None and r.latency is not None]
-    start = min((r.start for r in records), default=0.0)
-    completions = sorted((r.end or 0.0, r.output_tokens or 0) for r in done)
+    completions = sorted((r.end or 0.0, r.output_tokens or 0, (r.latency or 0.0) * 1000.0) for r in done)
     latencies = sorted((r.latency or 0.0) * 1000.0 for r in done)
-    return assess_samples(completions, latencies, start, concurrency, plan)
+    return assess_samples(completions, latencies, concurrency, plan, planned)
 
 
 def replay_requests_sent(records: Sequence[RequestRecord], concurrency: int, planned: int, plan: AdaptivePlan) -> tuple[int, float | None]:
@@ -323,7 +363,6 @@ def replay_requests_sent(records: Sequence[RequestRecord], concurrency: int, pla
     count is exact. Returns (``planned`` or the records' count, None) when it never stops.
     """
     rule = AdaptiveStop(plan, concurrency, planned)
-    rule.phase_start = min((r.start for r in records), default=None)
     by_end = sorted(records, key=lambda r: (r.end if r.end is not None else math.inf, r.index))
     for record in by_end:
         if rule.add(record):
@@ -351,4 +390,5 @@ def adaptive_json(plan: AdaptivePlan, planned: int, sent: int, stopped: Assessme
         "minRequests": plan.min_requests,
         "outputTokensPerSecondInterval": None if shown.throughput is None else shown.throughput.to_json(3),
         "latencyP99MsInterval": None if shown.latency_p99_ms is None else shown.latency_p99_ms.to_json(3),
+        "latencyP99FromPlan": None if shown.ramp_shift is None else round(shown.ramp_shift, 4),
     }
