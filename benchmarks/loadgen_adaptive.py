@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.tiers import Tier
 from kneepoint.kube.manifests import vllm_args
-from kneepoint.loadgen.adaptive import AdaptivePlan, AdaptiveStop
+from kneepoint.loadgen.adaptive import AdaptivePlan, AdaptiveStop, assess_records
 from kneepoint.loadgen.records import RequestRecord
 from kneepoint.loadgen.summary import RepeatSummary, summarize_repeat
 from kneepoint.simulator.server import SimulatorSettings
@@ -69,8 +69,8 @@ def engine(case: Case, seed: int) -> SimulatorSettings:
 
 def one_repeat(
     settings: SimulatorSettings, case: Case, planned: int, plan: AdaptivePlan | None
-) -> tuple[RepeatSummary, float, AdaptiveStop | None]:
-    """The measured repeat (after a warm-up of one cycle, as the operator's default warm-up of 10 does for c <= 10)."""
+) -> tuple[RepeatSummary, float, AdaptiveStop | None, list[RequestRecord]]:
+    """The measured repeat after a warm-up of one cycle: summary, simulated seconds, the rule, the records."""
     workload = Workload(case.concurrency, planned, case.input_len, case.output_len, seed=1234, warmup_requests=case.concurrency)
     run = _VirtualRun(settings, workload)
     run.run_phase(_Phase("warmup", case.concurrency))
@@ -84,7 +84,7 @@ def one_repeat(
 
     run.run_phase(phase, stop if rule is not None else None)
     summary = summarize_repeat(phase.name, phase.records, _NO_CLIENT_LOAD, case.input_len, case.output_len)
-    return summary, run.now - began, rule
+    return summary, run.now - began, rule, phase.records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,14 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     drifts_t, drifts_p = [], []
     for case in CASES:
         for planned in plans:
-            sent, stopped, fixed_s, adaptive_s, dts, dps = [], 0, [], [], [], []
+            sent, stopped, fixed_s, adaptive_s, dts, dps, why = [], 0, [], [], [], [], ""
             for seed in range(1, args.seeds + 1):
                 settings = engine(case, seed)
-                fixed, f_seconds, _ = one_repeat(settings, case, planned, None)
-                adaptive, a_seconds, rule = one_repeat(replace(settings), case, planned, plan)
+                fixed, f_seconds, _, _ = one_repeat(settings, case, planned, None)
+                adaptive, a_seconds, rule, records = one_repeat(replace(settings), case, planned, plan)
                 assert rule is not None and adaptive.requests <= planned
                 sent.append(adaptive.requests)
                 stopped += rule.stopped
+                if not rule.stopped and not why:
+                    # why the whole plan ran (seed order: the first such seed)
+                    why = assess_records(records, case.concurrency, plan, planned).reason
                 fixed_s.append(f_seconds)
                 adaptive_s.append(a_seconds)
                 dts.append(adaptive.output_tokens_per_second / fixed.output_tokens_per_second - 1.0)
@@ -138,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{statistics.mean(adaptive_s):>9.1f}{sum(adaptive_s) / sum(fixed_s):>7.0%}"
                 f"{_signed_range(dts):>14}{_signed_range(dps):>14}"
             )
+            if why:
+                print(f"{'':<6}full plan: {why}")
     print("-" * len(header))
     print(
         f"all cases: {totals['adaptive_requests']} of {totals['fixed_requests']} requests "
