@@ -122,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                 sent.append(adaptive.requests)
                 stopped += rule.stopped
                 if not rule.stopped and not why:
-                    # why the whole plan ran (seed order: the first such seed)
-                    why = assess_records(records, case.concurrency, plan, planned).reason
+                    # why the whole plan ran: the last check's verdict (the first such seed)
+                    last = rule.last or assess_records(records, case.concurrency, plan, planned)
+                    why = f"at {last.completed} completed: {last.reason}"
                 fixed_s.append(f_seconds)
                 adaptive_s.append(a_seconds)
                 dts.append(adaptive.output_tokens_per_second / fixed.output_tokens_per_second - 1.0)

@@ -254,6 +254,8 @@ class AdaptiveStop:
         self.completions: list[Completion] = []
         self.latencies_ms: list[float] = []
         self.decision: Assessment | None = None
+        self.last: Assessment | None = None
+        """The latest check's verdict (why it has not stopped yet)."""
 
     @property
     def stopped(self) -> bool:
@@ -270,7 +272,7 @@ class AdaptiveStop:
         done = len(self.completions)
         if done < self.plan.min_requests or done % self.concurrency:
             return False
-        verdict = assess_samples(self.completions, self.latencies_ms, self.concurrency, self.plan, self.planned)
+        verdict = self.last = assess_samples(self.completions, self.latencies_ms, self.concurrency, self.plan, self.planned)
         if verdict.precise:
             self.decision = verdict
         return verdict.precise
@@ -371,17 +373,20 @@ def replay_requests_sent(records: Sequence[RequestRecord], concurrency: int, pla
     return min(planned, len(records)), None
 
 
-def adaptive_json(plan: AdaptivePlan, planned: int, sent: int, stopped: Assessment | None, final: Assessment) -> dict[str, Any]:
+def adaptive_json(
+    plan: AdaptivePlan, planned: int, sent: int, stopped: Assessment | None, final: Assessment, last: Assessment | None = None
+) -> dict[str, Any]:
     """The summary's ``adaptive`` object: the setting, whether and why the repeat stopped early, requests sent, intervals.
 
     The intervals are the ones that stopped the repeat (over the completions up to the stop;
     the requests still in flight then finish afterwards and count in the repeat's figures),
-    else the ones over the whole repeat, its drain included.
+    else the ones over the whole repeat, its drain included. Without a stop, ``reason`` is the
+    last check's (``last``: why it went on), else the whole repeat's.
     """
     shown = stopped or final
     return {
         "stoppedEarly": stopped is not None,
-        "reason": shown.reason,
+        "reason": shown.reason if stopped is not None or last is None else f"ran the whole plan; at the last check: {last.reason}",
         "requestsPlanned": planned,
         "requestsSent": sent,
         "completedAtStop": None if stopped is None else stopped.completed,

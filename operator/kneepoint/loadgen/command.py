@@ -388,7 +388,7 @@ async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> LoadRe
             outcome = await _run_phase(runner, config, phase, label, config.num_requests, offsets, stop)
             if stop is not None and config.adaptive is not None:
                 final = assess_records(outcome.records, config.concurrency, config.adaptive)
-                adaptive.append(adaptive_json(config.adaptive, config.num_requests, len(outcome.records), stop.decision, final))
+                adaptive.append(adaptive_json(config.adaptive, config.num_requests, len(outcome.records), stop.decision, final, stop.last))
             client = judge_client_load(outcome.cpu_samples, outcome.lag_samples_ms, config.cpu_limit, config.lag_limit_ms)
             summaries.append(
                 summarize_repeat(
