@@ -28,8 +28,7 @@ from kneepoint.kube.manifests import vllm_args
 from kneepoint.loadgen.adaptive import AdaptivePlan, AdaptiveStop, assess_records
 from kneepoint.loadgen.records import RequestRecord
 from kneepoint.loadgen.summary import RepeatSummary, summarize_repeat
-from kneepoint.simulator.server import SimulatorSettings
-from kneepoint.simulator.virtual_tier import _NO_CLIENT_LOAD, Workload, _Phase, _VirtualRun, start_engine
+from kneepoint.simulator.virtual_tier import _NO_CLIENT_LOAD, SimulatorSettings, Workload, _Phase, _VirtualRun, start_engine
 
 
 @dataclass(frozen=True)
