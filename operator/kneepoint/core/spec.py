@@ -229,6 +229,34 @@ class TiersSpec:
     )
 
 
+ADAPTIVE_RELATIVE_PRECISION = 0.05
+"""Half of the smallest default stop-rule threshold (maxP99Degradation 0.10): a P99 known to +-5 % tells a 10 %
+degradation apart; throughput gets the same bound (minThroughputGain is 0.20). kneepoint loadgen's default too."""
+ADAPTIVE_CONFIDENCE = 0.95
+ADAPTIVE_MIN_REQUESTS = 100
+
+
+@dataclass(frozen=True)
+class AdaptiveLoadSpec:
+    """Adaptive stop of each measured repeat (kneepoint loadgen --adaptive; the method is in docs/loadgen.md)."""
+
+    enabled: bool = api_field(
+        "Stop a repeat before numRequests once output throughput and the end-to-end P99 are both known to relativePrecision "
+        "at confidence (never more requests than numRequests). Off by default: the distribution-free P99 interval needs "
+        "368 completed requests at 95 % confidence, more than the default numRequests of 200.",
+        default=False,
+    )
+    relative_precision: float = api_field(
+        "Largest relative half-width of both intervals (throughput: batch means; P99: order statistics).",
+        default=ADAPTIVE_RELATIVE_PRECISION,
+        minimum=0.0,
+        exclusive_minimum=True,
+        maximum=0.5,
+    )
+    confidence: float = api_field("Confidence of both intervals.", default=ADAPTIVE_CONFIDENCE, minimum=0.5, maximum=0.999)
+    min_requests: int = api_field("Completed requests a repeat needs before it may stop.", default=ADAPTIVE_MIN_REQUESTS, minimum=1)
+
+
 @dataclass(frozen=True)
 class LoadSpec:
     """The fixed workload every tier is load-tested with (closed loop at fixed concurrency)."""
@@ -245,6 +273,9 @@ class LoadSpec:
         "A load test with a larger fraction of failed requests is retried, then the tier fails.", default=0.05, minimum=0.0, maximum=1.0
     )
     max_attempts: int = api_field("Load-test attempts per tier before the tier is Failed.", default=2, minimum=1, maximum=10)
+    adaptive: AdaptiveLoadSpec = api_field(
+        "Stop each repeat once throughput and P99 are known well enough (at most numRequests).", default_factory=AdaptiveLoadSpec
+    )
 
 
 @dataclass(frozen=True)

@@ -596,7 +596,24 @@ def loadgen_args(spec: ExperimentSpec, owner: Owner, tier: Tier) -> list[str]:
         "--max-error-fraction",
         "1.0",  # the operator judges the error fraction itself (load.maxErrorFraction), with retries
         "--no-progress",
+        *adaptive_args(spec),
         *profile_args(tier),
+    ]
+
+
+def adaptive_args(spec: ExperimentSpec) -> list[str]:
+    """spec.load.adaptive as the load generator's flags (none when off: every repeat sends numRequests)."""
+    adaptive = spec.load.adaptive
+    if not adaptive.enabled:
+        return []
+    return [
+        "--adaptive",
+        "--adaptive-precision",
+        f"{adaptive.relative_precision:g}",
+        "--adaptive-confidence",
+        f"{adaptive.confidence:g}",
+        "--adaptive-min-requests",
+        str(adaptive.min_requests),
     ]
 
 
