@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_vs_real_vllm import FIGURES, captures, engine_args
 
 from kneepoint.loadgen.statistics import percentile_sorted
+from kneepoint.simulator.engine import SimulatorSettings
 from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig
-from kneepoint.simulator.server import SimulatorSettings
 from kneepoint.simulator.virtual_tier import start_engine
 
 PROMPT = 1025
