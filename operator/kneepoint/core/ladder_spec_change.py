@@ -44,7 +44,7 @@ def redecide_after_rule_change(p: Pass) -> None:
     """Stop rules or capacity changed after the decision: decide again from the same measurements."""
     old = p.status.decision
     # A ladder the budget ended stays ended: re-deciding must not turn it into last-tier.
-    outcome = decide(p.spec, p.status.tiers, budget_stopped=bool(old and old.rule == stop_rules.BUDGET))
+    outcome = decide(p.spec, p.status.tiers, budget_stopped=bool(old and old.rule == stop_rules.BUDGET), search=p.status.concurrency_search)
     if outcome.decision is None:
         return
     decision = replace(outcome.decision, simulated=True) if p.spec.mode == "Simulate" else outcome.decision
