@@ -57,7 +57,7 @@ def test_the_search_brackets_the_largest_met_concurrency_and_replicas_never_fall
     largest_met = max((p.concurrency for p in points if p.slo_met), default=None)
     assert found == largest_met
     if found is None:
-        assert met_up_to < 1 or min(start, upper) > met_up_to and 1 in {p.concurrency for p in points}
+        assert met_up_to < 1 or (min(start, upper) > met_up_to and 1 in {p.concurrency for p in points})
         return
     truth = min(met_up_to, upper)
     assert found <= truth  # never claims more than the tier serves
