@@ -222,7 +222,7 @@ def searched_plan(spec: ExperimentSpec, tier: TierResult, search: ConcurrencySea
             SOURCE_SEARCHED,
             f"per-replica concurrency searched: {how}; one replica of {tier_label(tier)} cannot meet the SLO at any "
             "concurrency, so the replicas below serve one request each and still miss it",
-            slo_met=False,
+            slo_met=_met_at_load_concurrency(spec, tier),
             slo_missed=True,
             output_tokens_per_second=at_one.output_tokens_per_second if at_one else None,
         )
@@ -234,10 +234,16 @@ def searched_plan(spec: ExperimentSpec, tier: TierResult, search: ConcurrencySea
         found,
         SOURCE_SEARCHED,
         f"per-replica concurrency {found} searched on {tier_label(tier)}: {how}{stopped}",
-        slo_met=True if objective == OBJECTIVE_SLO else None,
+        slo_met=_met_at_load_concurrency(spec, tier),
         slo_missed=False,
         output_tokens_per_second=at.output_tokens_per_second,
     )
+
+
+def _met_at_load_concurrency(spec: ExperimentSpec, tier: TierResult) -> bool | None:
+    """decision.sloMet keeps its meaning: the SLO at the load-test concurrency (the ladder's point)."""
+    check = check_slo(tier, spec.capacity.slo)
+    return check.met if check.objectives else None
 
 
 def curve(spec: ExperimentSpec, search: ConcurrencySearch | None, tier: TierResult) -> tuple[ConcurrencyPoint, ...] | None:
