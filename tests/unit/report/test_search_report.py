@@ -7,12 +7,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 
-from ladder_driver import Driver  # noqa: E402
-from test_concurrency_search import drive_search, measured_tp1, search_spec  # noqa: E402
+from ladder_driver import Driver
+from test_concurrency_search import drive_search, measured_tp1, search_spec
 
-from kneepoint.core.status import ExperimentStatus  # noqa: E402
-from kneepoint.report.experiment_report import ReportInput, build_report, render_text  # noqa: E402
-from kneepoint.report.knee_chart import ChartContext, build_knee_figure  # noqa: E402
+from kneepoint.core.status import ExperimentStatus
+from kneepoint.report.experiment_report import ReportInput, build_report, render_text
+from kneepoint.report.knee_chart import ChartContext, build_knee_figure
 
 
 def searched() -> Driver:
