@@ -255,7 +255,7 @@ def curve(spec: ExperimentSpec, search: ConcurrencySearch | None, tier: TierResu
 def ranked_alternatives(
     spec: ExperimentSpec, tiers: Sequence[TierResult], decided: TierResult, plan: CapacityPlan, decided_tokens_per_second: float | None
 ) -> tuple[RankedAlternative, ...]:
-    """Every measured tier sized for the peak at its own per-replica concurrency at the SLO, cheapest first.
+    """Every measured tier sized for the peak at its own per-replica concurrency at the SLO, fewest GPUs first.
 
     The decided tier uses the decision's plan (searched when the search ran); every other tier
     the load-test figure (met: the load-test concurrency, a lower bound; missed: the linear
@@ -276,7 +276,8 @@ def ranked_alternatives(
             replicas = replicas_needed(spec.peak_concurrency, c, spec.capacity.redundancy_factor)
         cost = cost_per_million_tokens(spec.capacity.gpu_hourly_cost, t.gpus, tokens)
         rows.append((t, c, source, tokens, replicas, cost))
-    rows.sort(key=lambda r: (r[5] if r[5] is not None else math.inf, r[4] * r[0].gpus, r[0].gpus))
+    # Fewest GPUs for the peak first (the fleet paid for at peak), then cost per million tokens, then the smaller tier.
+    rows.sort(key=lambda r: (r[4] * r[0].gpus, r[5] if r[5] is not None else math.inf, r[0].gpus))
     return tuple(
         RankedAlternative(
             rank=i + 1,

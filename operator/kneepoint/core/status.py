@@ -242,7 +242,7 @@ class ConcurrencySearch:
 class RankedAlternative:
     """One measured tier, sized for the peak at its own per-replica concurrency at the SLO."""
 
-    rank: int = api_field("1 = cheapest per million output tokens (then fewest GPUs).")
+    rank: int = api_field("1 = fewest GPUs for the peak (then cheapest per million output tokens).")
     tier: str = api_field("The tier as a short label (TP2, TP8xPP2).")
     gpus_per_replica: int = api_field("GPUs per replica.")
     per_replica_concurrency: int = api_field("Concurrency one replica serves at the SLO.")
@@ -286,7 +286,7 @@ class Decision:
         "The decided tier's points of the concurrency search, by concurrency.", default=None
     )
     alternatives: tuple[RankedAlternative, ...] | None = api_field(
-        "Every measured tier sized for the peak at its own per-replica concurrency, ranked by cost per million tokens (then total GPUs).",
+        "Every measured tier sized for the peak at its own per-replica concurrency, ranked by total GPUs for the peak (then cost per million tokens).",
         default=None,
     )
     slo_met: bool | None = api_field("Whether the decided tier met the SLO at the load-test concurrency.", default=None)
