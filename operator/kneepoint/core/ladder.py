@@ -17,6 +17,9 @@ Tier lifecycle::
 
     Pending -> (Waiting) -> Deploying -> LoadTesting -> Collecting -> Measured
         \\-> Skipped (estimate: does not fit; ladder stopped; budget)   \\-> Failed
+
+With spec.capacity.concurrencySearch on, the decision waits for the concurrency search on the
+decided tier (:mod:`kneepoint.core.concurrency_search`), which runs once no tier is current.
 """
 
 from __future__ import annotations

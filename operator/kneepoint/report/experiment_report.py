@@ -192,7 +192,9 @@ def status_search(inp: ReportInput) -> ConcurrencySearch | None:
 def chart_context(inp: ReportInput) -> ChartContext:
     """Title and reference lines for the knee chart."""
     slo = inp.spec.capacity.slo.latency_p99_ms if inp.spec_given else None
+    ttft = inp.spec.capacity.slo.ttft_p95_ms if inp.spec_given else None
     return ChartContext(
+        slo_ttft_p95_ms=float(ttft) if ttft else None,
         model=model_name(inp.spec, inp.spec_given) or inp.name,
         gpu_product=inp.spec.placement.gpu_product if inp.spec_given else None,
         workload=workload_text(inp.spec) if inp.spec_given else None,

@@ -37,6 +37,7 @@ KNEE_COLOUR = "#c0162b"
 SKIPPED_COLOUR = "#6b6b6b"
 FAILED_COLOUR = "#b00020"
 COMM_COLOUR = "#4b7d3a"
+TTFT_COLOUR = "#7a3fa0"
 
 X_LABEL = "GPUs per replica (tier; log2 scale)"
 THROUGHPUT_LABEL = "Output throughput (tokens/s)"
@@ -305,21 +306,49 @@ def _curve_panel(ax: Any, decision: Decision, context: ChartContext) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrency per replica (requests in flight)")
     ax.set_ylabel(THROUGHPUT_LABEL, color=THROUGHPUT_COLOUR)
-    ax2.set_ylabel(LATENCY_LABEL, color=LATENCY_COLOUR)
+    ax2.set_ylabel("P99 latency and TTFT P95 (ms)", color=LATENCY_COLOUR)
     ax.tick_params(axis="y", colors=THROUGHPUT_COLOUR)
     ax2.tick_params(axis="y", colors=LATENCY_COLOUR)
     ax.grid(True, which="major", alpha=0.3)
     ax.plot(xs, [_y(p.output_tokens_per_second) for p in points], "o-", color=THROUGHPUT_COLOUR, linewidth=2.0, gid="curve-throughput")
-    ax2.plot(xs, [_y(p.latency_p99_ms) for p in points], "s--", color=LATENCY_COLOUR, linewidth=1.6, gid="curve-p99")
-    for p in points:
-        if p.slo_met is False:
-            ax2.plot([p.concurrency], [_y(p.latency_p99_ms)], "x", color=LATENCY_COLOUR, markersize=9, gid="curve-missed")
+    ax.set_xticks(xs, [str(x) for x in xs], fontsize=7.5)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax2.plot(xs, [_y(p.latency_p99_ms) for p in points], "s--", color=LATENCY_COLOUR, linewidth=1.6, label="P99", gid="curve-p99")
+    with_ttft = [p for p in points if p.ttft_p95_ms is not None]
+    if with_ttft:
+        ax2.plot(
+            [p.concurrency for p in with_ttft],
+            [_y(p.ttft_p95_ms) for p in with_ttft],
+            "^-.",
+            color=TTFT_COLOUR,
+            linewidth=1.4,
+            label="TTFT P95",
+            gid="curve-ttft",
+        )
+    missed = [p for p in points if p.slo_met is False]
+    if missed:
+        ax.plot(
+            [p.concurrency for p in missed],
+            [_y(p.output_tokens_per_second) for p in missed],
+            "x",
+            color=KNEE_COLOUR,
+            markersize=11,
+            markeredgewidth=2,
+            gid="curve-missed",
+        )
     top_tps = max((p.output_tokens_per_second or 0.0 for p in points), default=0.0)
     ax.set_ylim(0, top_tps * 1.3 if top_tps > 0 else 1.0)
-    top_p99 = max([p.latency_p99_ms or 0.0 for p in points] + [context.slo_latency_p99_ms or 0.0])
-    ax2.set_ylim(0, top_p99 * 1.3 if top_p99 > 0 else 1.0)
+    top_ms = max(
+        [p.latency_p99_ms or 0.0 for p in points]
+        + [p.ttft_p95_ms or 0.0 for p in points]
+        + [context.slo_latency_p99_ms or 0.0, context.slo_ttft_p95_ms or 0.0]
+    )
+    ax2.set_ylim(0, top_ms * 1.3 if top_ms > 0 else 1.0)
     if context.slo_latency_p99_ms:
-        ax2.axhline(context.slo_latency_p99_ms, color=LATENCY_COLOUR, linestyle=":", linewidth=1.4, gid="curve-slo")
+        ax2.axhline(context.slo_latency_p99_ms, color=LATENCY_COLOUR, linestyle=":", linewidth=1.4, label="P99 SLO", gid="curve-slo")
+    if context.slo_ttft_p95_ms:
+        ax2.axhline(context.slo_ttft_p95_ms, color=TTFT_COLOUR, linestyle=":", linewidth=1.4, label="TTFT P95 SLO", gid="curve-ttft-slo")
+    ax2.legend(loc="lower right", fontsize=7.5, frameon=False)
     chosen = decision.per_replica_concurrency
     if chosen:
         ax.axvline(chosen, color=KNEE_COLOUR, linewidth=6, alpha=0.12, gid="curve-chosen")
@@ -333,7 +362,7 @@ def _curve_panel(ax: Any, decision: Decision, context: ChartContext) -> None:
             color=KNEE_COLOUR,
             bbox=dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor=KNEE_COLOUR, alpha=0.95),
         )
-    ax.set_title("decided tier: concurrency search (x: SLO missed)", fontsize=9.5)
+    ax.set_title("decided tier: concurrency search (x: an SLO objective missed)", fontsize=9.5)
 
 
 def save_png(figure: Figure, path: str) -> None:
