@@ -269,6 +269,31 @@ def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Cluster,
     assert exps.child_names(namespace, name) == {"configmaps": [status["recommendation"]["configMapName"]]}
 
 
+def test_8b_that_misses_its_slo_at_the_load_concurrency_is_searched_downwards(exps: Cluster, namespace: str) -> None:
+    """The example with a P99 objective TP1 misses at 16 in flight (the simulator: about 920 ms at 16, 740 ms at 8,
+    benchmarks/concurrency_search_cost.py): the search halves, then bisects, and the replicas follow its result."""
+    name = "llama-8b-miss"
+    spec = example_spec(
+        "experiment.yaml",
+        load=SMALL_8B_LOAD,
+        capacity={"slo": {"latencyP99Ms": 800, "ttftP95Ms": None}, "concurrencySearch": {"maxConcurrency": SEARCH_BOUND}},
+    )
+    exps.create(experiment(name, namespace, base=spec))
+    exps.wait_finished(namespace, name, 300)
+    obj = exps.get(namespace, name)
+    status = obj["status"]
+    assert status["phase"] == "Decided", status.get("message")
+    decision = status["decision"]
+    assert decision["sloMet"] is False, "TP1 misses at the load-test concurrency"
+    assert decision["perReplicaConcurrencySource"] == "searched"
+    curve = {p["concurrency"]: p for p in decision["concurrencyCurve"]}
+    assert curve[16]["source"] == "ladder" and curve[16]["sloMet"] is False
+    assert decision["perReplicaConcurrency"] < 16 and all(c < 16 for c in curve if c != 16)
+    check_replicas(obj)
+    check_gpu_minutes(status)
+    assert "searched on TP1" in decision["reason"]
+
+
 def test_8b_placed_by_node_selector_alone_decides_as_by_gpu_product(sandbox: Any, exps: Cluster, namespace: str) -> None:
     """No placement.gpuProduct: the GPU type comes from the node the tier was placed on, recorded in its status, so the
     pass that reads Prometheus still computes the needed memory and the memory rule decides, as with gpuProduct."""
