@@ -219,3 +219,16 @@ def test_the_search_is_off_unless_asked():
     d.measure("tp1-pp1", 3000, 2600, fb=30.0)
     assert d.status.phase == "Decided" and d.status.concurrency_search is None
     assert d.status.decision.per_replica_concurrency_source == "measured"
+
+
+def test_a_spec_change_during_the_search_keeps_its_gpu_minutes_spent():
+    d = measured_tp1(search_spec())
+    drive_search(d, until_points=2)
+    before = d.status.gpu_minutes_total
+    d.now += 60
+    d.spec = make_spec(
+        load={"concurrency": 16}, capacity={"peakConcurrency": 500, "slo": {"latencyP99Ms": 5000}, "concurrencySearch": {"enabled": True}}
+    )
+    d.step()
+    assert d.status.concurrency_search is None and not d.status.tiers
+    assert d.status.gpu_minutes_total > before + 1.0  # the search's engine ran > 60 s on one GPU
