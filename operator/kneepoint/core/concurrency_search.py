@@ -55,6 +55,7 @@ from kneepoint.core.status import (
     TierResult,
 )
 from kneepoint.core.stop_rules import tier_label
+from kneepoint.core.tiers import Tier
 from kneepoint.core.timestamps import parse_rfc3339
 
 OBJECTIVE_SLO = "slo"
@@ -410,8 +411,7 @@ def _finish_search(p: Pass, search: ConcurrencySearch, stopped: str | None) -> N
     p.progressed = True
 
 
-def _begin_point(p: Pass, search: ConcurrencySearch, concurrency: int) -> None:
-    tier = tier_of(p.status.tier(search.tier) or TierResult(tensor_parallel=1))
+def _begin_point(p: Pass, search: ConcurrencySearch, tier: Tier, concurrency: int) -> None:
     attempt = (search.attempt or SEARCH_ATTEMPT_BASE) + 1
     p.actions.append(EnsureLoadTest(tier, attempt, SearchLoad(concurrency, search_requests(concurrency))))
     p.status = replace(
@@ -474,7 +474,7 @@ def search_step(p: Pass, finish: Callable[[Pass, bool], None]) -> None:
             if nxt is None:
                 stop = None
             else:
-                _begin_point(p, search, nxt)
+                _begin_point(p, search, tier, nxt)
                 return
         elif (engine is not None and engine.start_failure in (START_OUT_OF_MEMORY, START_CONFIG_ERROR)) or (
             engine is not None and engine.start_failure == START_CRASH_LOOP and engine.restarts >= p.settings.crash_loop_restarts
@@ -511,7 +511,7 @@ def search_step(p: Pass, finish: Callable[[Pass, bool], None]) -> None:
         elif (summary.get("errorFraction") or 0.0) > p.spec.load.max_error_fraction:
             failure = f"error fraction {summary.get('errorFraction'):.3f} above load.maxErrorFraction {p.spec.load.max_error_fraction}"
         else:
-            _record_point(p, search, concurrency, summary, finish)
+            _record_point(p, search, tier, concurrency, summary, finish)
             return
     elif job.failed:
         failure = job.message or "the load-test Job failed"
@@ -538,10 +538,10 @@ def search_step(p: Pass, finish: Callable[[Pass, bool], None]) -> None:
 
 
 def _record_point(
-    p: Pass, search: ConcurrencySearch, concurrency: int, summary: dict[str, float], finish: Callable[[Pass, bool], None]
+    p: Pass, search: ConcurrencySearch, tier: Tier, concurrency: int, summary: dict[str, float], finish: Callable[[Pass, bool], None]
 ) -> None:
     point = point_from_summary(p.spec, concurrency, summary)
-    label = tier_of(p.status.tier(search.tier) or TierResult(tensor_parallel=1)).label
+    label = tier.label
     search = replace(search, points=(*search.points, point), concurrency=None)
     p.status = replace(p.status, concurrency_search=search)
     p.progressed = True
@@ -558,7 +558,7 @@ def _record_point(
         return
     budget = p.spec.budget.max_gpu_hours
     if budget is not None:
-        gpus = tier_of(p.status.tier(search.tier) or TierResult(tensor_parallel=1)).gpus
+        gpus = tier.gpus
         point_started = parse_rfc3339(search.point_started_at)
         last_minutes = 0.0 if point_started is None else max(0.0, p.obs.now - point_started) / 60.0 * gpus
         # A point of 3 x c requests lasts about 3 request latencies, and latency grows at most in proportion to c.
@@ -573,4 +573,4 @@ def _record_point(
             )
             finish(p, bool(search.ladder_budget_stopped))
             return
-    _begin_point(p, search, nxt)
+    _begin_point(p, search, tier, nxt)
