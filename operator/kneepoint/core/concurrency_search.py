@@ -163,6 +163,8 @@ def search_result(
     if lo is None:
         return None, f"no concurrency met the SLO (points: {tried})"
     if hi is None:
+        if lo < upper:
+            return lo, f"concurrency {lo} met the SLO; no higher concurrency was measured (bound {upper}; points: {tried})"
         return lo, f"concurrency {lo} met the SLO and is the search's bound {upper} (points: {tried})"
     return lo, (
         f"largest concurrency that met the SLO {lo}, smallest that missed {hi} "
@@ -202,7 +204,8 @@ def rejudged(spec: ExperimentSpec, points: Sequence[ConcurrencyPoint]) -> tuple[
 def searched_plan(spec: ExperimentSpec, tier: TierResult, search: ConcurrencySearch) -> CapacityPlan | None:
     """The decided tier's capacity from a finished search; None when it found nothing to size with
     (stopped before any point met the SLO: the linear estimate stands, and says so)."""
-    if search.phase != SEARCH_FINISHED or search.tier != tier.name or not search.points:
+    if search.phase != SEARCH_FINISHED or search.tier != tier.name or not any(p.source == POINT_SEARCH for p in search.points):
+        # Nothing measured beyond the ladder's own point (stopped at once, e.g. by the budget): the ladder's figure stands.
         return None
     settings = spec.capacity.concurrency_search
     objective = objective_of(spec)

@@ -232,3 +232,13 @@ def test_a_spec_change_during_the_search_keeps_its_gpu_minutes_spent():
     d.step()
     assert d.status.concurrency_search is None and not d.status.tiers
     assert d.status.gpu_minutes_total > before + 1.0  # the search's engine ran > 60 s on one GPU
+
+
+def test_a_search_the_budget_stops_before_its_first_point_leaves_the_ladders_figure():
+    spec = make_spec(
+        capacity={"peakConcurrency": 500, "slo": {"latencyP99Ms": 5000}, "concurrencySearch": {"enabled": True}},
+        budget={"maxGpuHours": 0.01},
+    )
+    d = measured_tp1(spec)
+    assert d.status.phase == "Decided" and d.status.concurrency_search.stopped.startswith("the budget")
+    assert d.status.decision.per_replica_concurrency_source == "measured"
