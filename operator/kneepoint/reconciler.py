@@ -480,11 +480,13 @@ class Reconciler:
                 await self._ensure_group(action, spec, owner, build, obs)
                 return status
             await self.writer.create(
-                manifests.build_engine_deployment(spec, owner, action.tier, build, action.node_name, action.interconnect)
+                manifests.build_engine_deployment(
+                    spec, owner, action.tier, build, action.node_name, action.interconnect, max_num_seqs=action.max_num_seqs
+                )
             )
             await self.writer.create(manifests.build_engine_service(spec, owner, action.tier))
         elif isinstance(action, EnsureLoadTest):
-            await self.writer.create(manifests.build_load_test_job(spec, owner, action.tier, action.attempt, build))
+            await self.writer.create(manifests.build_load_test_job(spec, owner, action.tier, action.attempt, build, action.search))
         elif isinstance(action, DeleteTier):
             await self.writer.delete_tier(owner.name, owner.namespace, action.tier, action.keep_engine)
         elif isinstance(action, DeleteAllChildren):

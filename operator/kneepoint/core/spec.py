@@ -321,6 +321,39 @@ class SloSpec:
 
 
 @dataclass(frozen=True)
+class ConcurrencySearchSpec:
+    """After the decision: the largest per-replica concurrency the decided tier serves within the SLO, searched."""
+
+    enabled: bool = api_field(
+        "Run the concurrency search on the decided tier's engine after the ladder (docs/decision.md, \"Concurrency "
+        'search"); off: the per-replica concurrency is the load-test concurrency, or its linear estimate on a miss.',
+        default=False,
+    )
+    tolerance: float = api_field(
+        "The search stops when the largest concurrency that met every SLO objective and the smallest that missed one "
+        "differ by at most this fraction of the former (and at least 1).",
+        default=0.1,
+        exclusive_minimum=True,
+        minimum=0.0,
+        maximum=1.0,
+    )
+    knee_gain: float = api_field(
+        "Without an SLO the search finds the throughput knee: the concurrency past which doubling it gains less than this "
+        "fraction of output throughput.",
+        default=0.1,
+        exclusive_minimum=True,
+        minimum=0.0,
+        maximum=10.0,
+    )
+    max_concurrency: int | None = api_field(
+        "Highest concurrency the search tries (the search engine's --max-num-seqs); default: vLLM's KV pool / "
+        "(inputLen + outputLen), at most 1024.",
+        default=None,
+        minimum=1,
+    )
+
+
+@dataclass(frozen=True)
 class CapacitySpec:
     """How the decided tier turns into a replica count and a cost."""
 
@@ -337,6 +370,9 @@ class CapacitySpec:
     gpu_hourly_cost: float = api_field("Cost of one GPU-hour, in any currency; 0 leaves cost out.", default=0.0, minimum=0.0)
     min_replicas: int = api_field(
         "minReplicas of the KServe recommendation (off-peak floor); maxReplicas is the computed replica count.", default=1, minimum=0
+    )
+    concurrency_search: ConcurrencySearchSpec = api_field(
+        "The per-replica concurrency search on the decided tier.", default_factory=ConcurrencySearchSpec
     )
 
 
