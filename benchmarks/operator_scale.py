@@ -315,6 +315,51 @@ class FirstChildWatch(threading.Thread):
             return
 
 
+class OperatorCounters(threading.Thread):
+    """The operator's counters, read every 2 s and summed over its restarts.
+
+    A leader that misses its Lease's renew deadline starts over (the process re-executes itself,
+    docs/operator.md): its counters start from 0 again. A counter that went down is one that
+    restarted; what it had counted at the last read before is kept. What a restarted process
+    counted in the last 2 s before it restarted is lost (said with the figures).
+    """
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self.offset: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self.restarts = 0
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+
+    def poll(self) -> None:
+        try:
+            samples = operator_metrics(self.port)
+        except OSError:
+            return  # restarting: not serving yet
+        with self.lock:
+            went_down = False
+            for name, labels, value in samples:
+                key = (name, tuple(sorted(labels.items())))
+                before = self.last.get(key)
+                if before is not None and value < before:
+                    self.offset[key] = self.offset.get(key, 0.0) + before
+                    went_down = True
+                self.last[key] = value
+            self.restarts += went_down
+
+    def run(self) -> None:
+        while not self.stop_event.wait(2.0):
+            self.poll()
+
+    def snapshot(self) -> list[tuple[str, dict[str, str], float]]:
+        """Now, as operator_metrics would give it had the process never restarted."""
+        self.poll()
+        with self.lock:
+            return [(name, dict(labels), value + self.offset.get((name, labels), 0.0)) for (name, labels), value in self.last.items()]
+
+
 class LoadSampler(threading.Thread):
     """The machine's 1-minute load average, once a second (context for every timing figure)."""
 
@@ -472,7 +517,9 @@ def main(argv: list[str] | None = None) -> int:
         sampler = ProcessSampler(operator.pid, sandbox.ports.apiserver)
         sampler.start()
         load_sampler.start()
-        idle_start_metrics = operator_metrics(metrics_port)
+        counters = OperatorCounters(metrics_port)
+        idle_start_metrics = counters.snapshot()
+        counters.start()
 
         applied: dict[str, float] = {}
         t0 = time.monotonic()
@@ -494,12 +541,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {time.monotonic() - t0:5.0f} s: {done}/{args.experiments} decided or failed", file=sys.stderr, flush=True)
             time.sleep(5)
         t_done = time.monotonic()
-        busy = operator_metrics(metrics_port)
+        busy = counters.snapshot()
         server_after = apiserver_metrics(api)
         watches_during = apiserver_watches(server_after)
         time.sleep(args.idle_seconds)
         t_idle_end = time.monotonic()
-        idle = operator_metrics(metrics_port)
+        idle = counters.snapshot()
+        counters.stop_event.set()
         decisions: dict[str, int] = {}
         for o in custom.list_namespaced_custom_object("kneepoint.io", "v1alpha1", namespace, "parallelismexperiments")["items"]:
             st = o.get("status") or {}
@@ -613,6 +661,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "API requests by method (idle): "
         + (", ".join(f"{m} {req_idle[m] - req_busy.get(m, 0):.0f}" for m in sorted(req_idle) if req_idle[m] - req_busy.get(m, 0)) or "none")
+    )
+    lost = log_path.read_text(errors="replace").count("Lost the leadership")
+    print(
+        f"operator restarts (leadership lost: the Lease not renewed within its deadline): {lost} "
+        f"(counters summed over {counters.restarts} restart(s) seen; each loses at most its last 2 s of counts)"
     )
     print(f"operator log: {log_path}")
     try:
