@@ -66,7 +66,10 @@ class ChildReader:
                 return obj
         obj = await self._call(fn, *args)
         if self.cache is not None:
-            self.cache.offer(kind, obj)
+            if obj is None:
+                self.cache.absent(kind, namespace, name)
+            else:
+                self.cache.offer(kind, obj)
         return obj
 
     async def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -93,8 +96,7 @@ class ChildReader:
                 return found
         pods = await self.pods(namespace, labels)
         if self.cache is not None:
-            for pod in pods:
-                self.cache.offer(child_cache.PODS, pod)
+            self.cache.listed(child_cache.PODS, namespace, labels, pods)
         return pods
 
     async def engine_pods(self, experiment: str, namespace: str, tier: Tier) -> list[dict[str, Any]]:

@@ -61,3 +61,19 @@ def test_a_deleted_event_drops_only_the_object_it_names() -> None:
     cache.drop(DEPLOYMENTS, obj("d", "6", uid="new"))
     assert cache.get(DEPLOYMENTS, "ns", "d") is None
     assert (cache.hits, cache.misses) == (1, 1)
+
+
+def test_an_entry_not_refreshed_for_max_age_is_a_miss_and_a_read_that_no_longer_finds_it_removes_it() -> None:
+    now = [0.0]
+    cache = ChildCache(max_age=60.0, clock=lambda: now[0])
+    labels = {"kneepoint.io/experiment": "e"}
+    cache.offer(PODS, obj("ghost", "5", uid="g", labels=labels))  # its deletion never came (a watch re-listed)
+    cache.offer(DEPLOYMENTS, obj("d", "5"))
+    now[0] = 59.0
+    assert len(cache.select(PODS, "ns", labels)) == 1 and cache.get(DEPLOYMENTS, "ns", "d") is not None
+    now[0] = 61.0
+    assert cache.select(PODS, "ns", labels) == [] and cache.get(DEPLOYMENTS, "ns", "d") is None  # read them again
+    cache.listed(PODS, "ns", labels, [obj("real", "9", uid="r", labels=labels)])
+    cache.absent(DEPLOYMENTS, "ns", "d")
+    assert [o["metadata"]["name"] for o in cache.select(PODS, "ns", labels)] == ["real"]
+    assert cache.objects[DEPLOYMENTS] == {}
