@@ -470,6 +470,13 @@ def main(argv: list[str] | None = None) -> int:
     api = controlplane.api_client(sandbox)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     namespace = f"scale-{int(time.time())}"
+    leftover = [n.metadata.name for n in core.list_namespace().items if n.metadata.name.startswith("scale-")]
+    if leftover:
+        # Their experiments would be reconciled by this run's operator too (it watches every namespace).
+        raise SystemExit(
+            f"operator_scale: the sandbox at {args.state_dir} holds an earlier run's experiments ({', '.join(leftover)}); "
+            f"remove it first: kneepoint sandbox down --state-dir {args.state_dir} --purge"
+        )
     core.create_namespace({"metadata": {"name": namespace}})
     watcher = FirstChildWatch(api, namespace)  # started before the baseline, so its own watch is not counted
     watcher.start()
@@ -674,7 +681,9 @@ def main(argv: list[str] | None = None) -> int:
         pass
     api.close()
     if not args.keep_sandbox:
-        controlplane.down(args.state_dir, say=lambda line: print(line, file=sys.stderr))
+        # Purged: the experiments' namespace cannot finish deleting without the operator (kopf's finalizers),
+        # and a next run in a reused sandbox would reconcile them again.
+        controlplane.down(args.state_dir, purge=True, say=lambda line: print(line, file=sys.stderr))
     return 0
 
 
