@@ -152,18 +152,22 @@ def _wake_owner(memo: kopf.Memo, namespace: str, labels: Mapping[str, str]) -> N
 @kopf.on.event("", "v1", "pods", labels={naming.LABEL_ROLE: kopf.PRESENT})
 @kopf.on.event("apps", "v1", "deployments", labels={naming.LABEL_ROLE: naming.ROLE_ENGINE})
 @kopf.on.event("batch", "v1", "jobs", labels={naming.LABEL_ROLE: naming.ROLE_LOADTEST})
-def child_changed(
+async def child_changed(
     namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, event: Mapping[str, Any], resource: Any, **_: Any
 ) -> None:
-    """A child changed: into the cache, then wake its experiment's daemon instead of waiting for the next poll."""
+    """A child changed: into the cache, then wake its experiment's daemon instead of waiting for the next poll.
+
+    Async, so it runs on the event loop with the passes that read the cache (kopf runs a plain function in a
+    worker thread)."""
     assert namespace is not None  # only namespaced kinds are watched
     _remember(memo, resource.plural, event)
     _wake_owner(memo, namespace, labels)
 
 
 @kopf.on.event(naming.GROUP, naming.VERSION, naming.PLURAL)
-def experiment_changed(name: str, namespace: str | None, body: Any, memo: kopf.Memo, event: Mapping[str, Any], **_: Any) -> None:
-    """Into the cache (the next pass reads it from there); a spec change (new generation) wakes the daemon at once."""
+async def experiment_changed(name: str, namespace: str | None, body: Any, memo: kopf.Memo, event: Mapping[str, Any], **_: Any) -> None:
+    """Into the cache (the next pass reads it from there; async: on the loop, as child_changed); a spec change
+    (new generation) wakes the daemon at once."""
     _remember(memo, child_cache.EXPERIMENTS, event)
     generation = body.get("metadata", {}).get("generation")
     observed = (body.get("status") or {}).get("observedGeneration")

@@ -216,3 +216,12 @@ def test_a_finished_job_whose_cached_pod_has_no_summary_yet_reads_its_pods_from_
     state = asyncio.run(r._load_test("ns", "a", Tier(1, 1), 1))
     assert asked == [False, True]
     assert state.succeeded and state.summary is not None and state.summary["outputTokensPerSecond"] == 1000.0
+
+
+def test_the_watch_handlers_that_fill_the_cache_run_on_the_event_loop():
+    # kopf runs a plain function in a worker thread; the passes iterate the cache on the loop meanwhile.
+    import inspect
+
+    from kneepoint.handlers import experiment as handlers
+
+    assert inspect.iscoroutinefunction(handlers.child_changed) and inspect.iscoroutinefunction(handlers.experiment_changed)
