@@ -343,7 +343,9 @@ class OperatorCounters(threading.Thread):
             for name, labels, value in samples:
                 key = (name, tuple(sorted(labels.items())))
                 before = self.last.get(key)
-                if before is not None and value < before:
+                # Only counters (a gauge goes down on its own): *_total, and a histogram's *_bucket/_count/_sum.
+                counter = name.endswith(("_total", "_bucket", "_count", "_sum"))
+                if counter and before is not None and value < before:
                     self.offset[key] = self.offset.get(key, 0.0) + before
                     went_down = True
                 self.last[key] = value
