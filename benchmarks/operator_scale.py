@@ -15,7 +15,14 @@ more with nothing to do:
   and the operator's TCP connections to the API server (psutil);
 - operator CPU seconds and resident memory (psutil, sampled every second);
 - time from the create call returning (what ``kubectl apply`` does) to the experiment's
-  first child Deployment appearing in a watch.
+  first child Deployment appearing in a watch;
+- the machine's load average, sampled every second while the experiments ran.
+
+Pinned cores (``--pin``, the default on a machine of 2 cores or more): the sandbox (this
+process and every process it starts, or the processes of a reused sandbox) runs on core 0,
+the operator on core 1 (``os.sched_setaffinity``), so the operator's CPU-seconds per pass and
+its latency are its own and not the API server's. Other processes on the machine are not
+pinned: the load average says how busy it was.
 
 The stand-in (test-only, said in docs/performance.md): engines and load tests do not run as
 processes. Before the operator starts, this benchmark installs the API server's
@@ -310,6 +317,104 @@ class FirstChildWatch(threading.Thread):
             return
 
 
+class OperatorCounters(threading.Thread):
+    """The operator's counters, read every 2 s and summed over its restarts.
+
+    A leader that misses its Lease's renew deadline starts over (the process re-executes itself,
+    docs/operator.md): its counters start from 0 again. A counter that went down is one that
+    restarted; what it had counted at the last read before is kept. What a restarted process
+    counted in the last 2 s before it restarted is lost (said with the figures).
+    """
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self.offset: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self.restarts = 0
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+
+    def poll(self) -> None:
+        try:
+            samples = operator_metrics(self.port)
+        except OSError:
+            return  # restarting: not serving yet
+        with self.lock:
+            went_down = False
+            for name, labels, value in samples:
+                key = (name, tuple(sorted(labels.items())))
+                before = self.last.get(key)
+                # Only counters (a gauge goes down on its own): *_total, and a histogram's *_bucket/_count/_sum.
+                counter = name.endswith(("_total", "_bucket", "_count", "_sum"))
+                if counter and before is not None and value < before:
+                    self.offset[key] = self.offset.get(key, 0.0) + before
+                    went_down = True
+                self.last[key] = value
+            self.restarts += went_down
+
+    def run(self) -> None:
+        while not self.stop_event.wait(2.0):
+            self.poll()
+
+    def snapshot(self) -> list[tuple[str, dict[str, str], float]]:
+        """Now, as operator_metrics would give it had the process never restarted."""
+        self.poll()
+        with self.lock:
+            return [(name, dict(labels), value + self.offset.get((name, labels), 0.0)) for (name, labels), value in self.last.items()]
+
+
+class LoadSampler(threading.Thread):
+    """The machine's 1-minute load average, once a second (context for every timing figure)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.samples: list[tuple[float, float]] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            self.samples.append((time.monotonic(), os.getloadavg()[0]))
+            self.stop_event.wait(1.0)
+
+    def between(self, start: float, end: float) -> list[float]:
+        return [v for t, v in self.samples if start <= t <= end]
+
+
+SANDBOX_CORE, OPERATOR_CORE = 0, 1
+
+
+def pin_sandbox(marker: str) -> int:
+    """Pin this process (so every sandbox process it starts) and a reused sandbox's processes to SANDBOX_CORE.
+
+    A sandbox process carries KNEEPOINT_SANDBOX_ID=<its state dir> in its environment. Returns how many
+    running processes were pinned besides this one.
+    """
+    os.sched_setaffinity(0, {SANDBOX_CORE})
+    pinned = 0
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get("KNEEPOINT_SANDBOX_ID") == marker:
+                for task in [proc, *proc.children(recursive=True)]:
+                    os.sched_setaffinity(task.pid, {SANDBOX_CORE})
+                    pinned += 1
+        except (psutil.Error, OSError):
+            continue
+    return pinned
+
+
+def method_kind(method: str) -> str:
+    """A client method as verb and resource: read_namespaced_deployment -> "get deployment"."""
+    verbs = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch", "delete": "delete", "replace": "update"}
+    verb, _, rest = method.partition("_")
+    if verb == "delete" and rest.startswith("collection_"):
+        verb, rest = "deletecollection", rest[len("collection_") :]
+    for prefix in ("namespaced_", "for_all_namespaces"):
+        rest = rest.replace(prefix, "")
+    resource = rest.strip("_").replace("custom_object_status", "experiment status").replace("custom_object", "custom object")
+    return f"{verbs.get(verb, verb)} {resource or method}"
+
+
 # --------------------------------------------------------------------------------------------
 # The run
 
@@ -359,6 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle-seconds", type=float, default=120.0, help="measure this long after every experiment decided")
     p.add_argument("--timeout", type=float, default=1800.0, help="give up when not every experiment decided by then")
     p.add_argument("--keep-sandbox", action="store_true", help="leave the sandbox running (default: stop it)")
+    p.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=(os.cpu_count() or 1) >= 2,
+        help=f"sandbox on core {SANDBOX_CORE}, operator on core {OPERATOR_CORE} (default on 2 or more cores)",
+    )
     args = p.parse_args(argv)
     # Stop on SIGTERM as on Ctrl-C: the finally blocks stop the operator and the sandbox.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -374,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     fleet_path.parent.mkdir(parents=True, exist_ok=True)
     fleet_path.write_text(yaml.safe_dump(fleet_document(args.nodes), sort_keys=False))
     began = time.monotonic()
+    if args.pin:
+        os.sched_setaffinity(0, {SANDBOX_CORE})  # before up: every process it starts inherits the core
     sandbox = controlplane.up(
         state_dir=args.state_dir,
         fleet_path=fleet_path,
@@ -382,9 +495,18 @@ def main(argv: list[str] | None = None) -> int:
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(f"sandbox up with {args.nodes} nodes in {time.monotonic() - began:.0f} s", file=sys.stderr)
+    if args.pin:
+        print(f"pinned to core {SANDBOX_CORE}: this process and {pin_sandbox(sandbox.marker)} sandbox processes", file=sys.stderr)
     api = controlplane.api_client(sandbox)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     namespace = f"scale-{int(time.time())}"
+    leftover = [n.metadata.name for n in core.list_namespace().items if n.metadata.name.startswith("scale-")]
+    if leftover:
+        # Their experiments would be reconciled by this run's operator too (it watches every namespace).
+        raise SystemExit(
+            f"operator_scale: the sandbox at {args.state_dir} holds an earlier run's experiments ({', '.join(leftover)}); "
+            f"remove it first: kneepoint sandbox down --state-dir {args.state_dir} --purge"
+        )
     core.create_namespace({"metadata": {"name": namespace}})
     install_pretend_policies(api, namespace)
     watcher = FirstChildWatch(api, namespace)  # started before the baseline, so its own watch is not counted
@@ -407,9 +529,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     log_path = sandbox.paths.logs / "operator-scale.log"
     sampler: ProcessSampler | None = None
+    load_sampler = LoadSampler()
     with open(log_path, "wb") as log:
         operator = subprocess.Popen(
-            [sys.executable, "-m", "kneepoint", "operator"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            [sys.executable, "-m", "kneepoint", "operator"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # Pinned before it runs a line, so every thread it starts stays on its core.
+            preexec_fn=(lambda: os.sched_setaffinity(0, {OPERATOR_CORE})) if args.pin else None,
         )
     try:
         deadline = time.monotonic() + 60
@@ -424,7 +553,10 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(3)  # kopf's watches connect
         sampler = ProcessSampler(operator.pid, sandbox.ports.apiserver)
         sampler.start()
-        idle_start_metrics = operator_metrics(metrics_port)
+        load_sampler.start()
+        counters = OperatorCounters(metrics_port)
+        idle_start_metrics = counters.snapshot()
+        counters.start()
 
         applied: dict[str, float] = {}
         t0 = time.monotonic()
@@ -446,12 +578,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {time.monotonic() - t0:5.0f} s: {done}/{args.experiments} decided or failed", file=sys.stderr, flush=True)
             time.sleep(5)
         t_done = time.monotonic()
-        busy = operator_metrics(metrics_port)
+        busy = counters.snapshot()
         server_after = apiserver_metrics(api)
         watches_during = apiserver_watches(server_after)
         time.sleep(args.idle_seconds)
         t_idle_end = time.monotonic()
-        idle = operator_metrics(metrics_port)
+        idle = counters.snapshot()
+        counters.stop_event.set()
         decisions: dict[str, int] = {}
         for o in custom.list_namespaced_custom_object("kneepoint.io", "v1alpha1", namespace, "parallelismexperiments")["items"]:
             st = o.get("status") or {}
@@ -460,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if sampler is not None:
             sampler.stop_event.set()
+        load_sampler.stop_event.set()
         if operator.poll() is None:
             os.killpg(operator.pid, signal.SIGTERM)
             try:
@@ -485,8 +619,19 @@ def main(argv: list[str] | None = None) -> int:
     total_seconds = scalar(busy, "kneepoint_reconcile_duration_seconds_sum")
     operator_watches = {k: watches_during.get(k, 0) - watches_before.get(k, 0) for k in set(watches_during) | set(watches_before)}
     operator_watches = {k: v for k, v in operator_watches.items() if v}
+    count_all = max((c for b, c in buckets_busy), default=0.0)
+    by_kind: dict[str, float] = {}
+    for m in req_busy:
+        by_kind[method_kind(m)] = by_kind.get(method_kind(m), 0.0) + req_busy[m] - req_start.get(m, 0)
+    by_kind = {k: v for k, v in by_kind.items() if v}
 
+    loads = load_sampler.between(t0, t_done)
     print(f"operator scale: {n} experiments (mode Measure, pretend engines and load tests) on {args.nodes} KWOK GPU nodes")
+    print(
+        f"cores: operator on core {OPERATOR_CORE}, sandbox on core {SANDBOX_CORE}"
+        if args.pin
+        else "cores: not pinned (operator and sandbox share every core)"
+    )
     print(f"all decided or failed after {t_done - t0:.0f} s; outcomes: {', '.join(f'{k} {v}' for k, v in sorted(decisions.items()))}")
     rows = [
         ("reconcile passes", f"{passes:.0f} ({passes / n:.1f} per experiment)"),
@@ -496,7 +641,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{histogram_quantile(0.99, buckets_busy) * 1000:.0f} ms "
             f"(mean {total_seconds / max(count, 1) * 1000:.0f} ms)",
         ),
+        (
+            "reconcile latency distribution (histogram)",
+            ", ".join(
+                f"<= {bound * 1000:.0f} ms {count / max(count_all, 1):.1%}"
+                for bound, count in sorted(buckets_busy)
+                if not math.isinf(bound)
+            ),
+        ),
+        ("operator CPU-seconds per pass", f"{cpu_active / max(passes, 1) * 1000:.1f} ms ({cpu_active:.1f} s / {passes:.0f} passes)"),
         ("API requests per experiment (until all decided)", f"{total_busy / n:.1f} ({total_busy:.0f} in all)"),
+        (
+            "API requests per experiment by kind",
+            ", ".join(f"{kind} {v / n:.2f}" for kind, v in sorted(by_kind.items(), key=lambda kv: -kv[1])),
+        ),
         (
             "API requests while idle",
             f"{total_idle:.0f} in {t_idle_end - t_done:.0f} s "
@@ -526,7 +684,11 @@ def main(argv: list[str] | None = None) -> int:
         "API server mean request latency while the experiments ran (all clients): "
         + ", ".join(f"{verb} {latency[verb] * 1000:.0f} ms" for verb in sorted(latency))
     )
-    print(f"machine load average (1/5/15 min) at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    print(
+        f"machine load average while the experiments ran (1 min, sampled each second): mean {sum(loads) / max(len(loads), 1):.1f}, "
+        f"max {max(loads, default=math.nan):.1f}; at the end (1/5/15 min): {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+        f"on {os.cpu_count()} cores"
+    )
     print(
         "API requests by method (until all decided): "
         + ", ".join(
@@ -537,6 +699,11 @@ def main(argv: list[str] | None = None) -> int:
         "API requests by method (idle): "
         + (", ".join(f"{m} {req_idle[m] - req_busy.get(m, 0):.0f}" for m in sorted(req_idle) if req_idle[m] - req_busy.get(m, 0)) or "none")
     )
+    lost = log_path.read_text(errors="replace").count("Lost the leadership")
+    print(
+        f"operator restarts (leadership lost: the Lease not renewed within its deadline): {lost} "
+        f"(counters summed over {counters.restarts} restart(s) seen; each loses at most its last 2 s of counts)"
+    )
     print(f"operator log: {log_path}")
     try:
         core.delete_namespace(namespace)
@@ -544,7 +711,9 @@ def main(argv: list[str] | None = None) -> int:
         pass
     api.close()
     if not args.keep_sandbox:
-        controlplane.down(args.state_dir, say=lambda line: print(line, file=sys.stderr))
+        # Purged: the experiments' namespace cannot finish deleting without the operator (kopf's finalizers),
+        # and a next run in a reused sandbox would reconcile them again.
+        controlplane.down(args.state_dir, purge=True, say=lambda line: print(line, file=sys.stderr))
     return 0
 
 

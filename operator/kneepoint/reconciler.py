@@ -129,10 +129,26 @@ class Reconciler:
         self._prometheus: dict[str, PrometheusReader] = {}
         self._prometheus_factory = prometheus_factory or (lambda url, interval: PrometheusReader(url, scrape_interval_seconds=interval))
         self.metrics = metrics or OperatorMetrics()
+        self._posting: dict[tuple[str, str], list[asyncio.Future[Any]]] = {}
+        """Events being posted, per experiment whose wake-up is running (awaited before it returns)."""
 
     # ------------------------------------------------------------------ entry point
     async def reconcile(self, name: str, namespace: str) -> float | None:
-        """Run passes until the experiment waits; return seconds until it should be looked at again."""
+        """Run passes until the experiment waits; return seconds until it should be looked at again.
+
+        The passes' events are posted while the next pass runs, and all of them before this returns.
+        """
+        key = (namespace, name)
+        posting = self._posting.setdefault(key, [])
+        try:
+            return await self._passes(name, namespace)
+        finally:
+            self._posting.pop(key, None)
+            for result in await asyncio.gather(*posting, return_exceptions=True):
+                if isinstance(result, Exception):  # an event is never worth failing the wake-up for (the status holds it all)
+                    log.warning("%s/%s: could not post an event: %s", namespace, name, result)
+
+    async def _passes(self, name: str, namespace: str) -> float | None:
         for _ in range(self.settings.max_passes_per_wakeup):
             body = await self.reader.experiment(namespace, name)
             if body is None or body["metadata"].get("deletionTimestamp"):
@@ -223,8 +239,14 @@ class Reconciler:
             await self.writer.patch_status(namespace, name, patch)
         for ev in step.events:
             log.info("%s/%s: %s: %s", namespace, name, ev.reason, ev.message)
-        # Events are independent of each other: post them at once (each failure is only logged).
-        await asyncio.gather(*(self.writer.post_event(body, ev.reason, ev.message, ev.type) for ev in step.events))
+        # Events are independent of each other and of the next pass (each failure is only logged): posted at
+        # once, in the background, as client-go's event recorder does; the wake-up awaits them before it ends.
+        posting = [asyncio.ensure_future(self.writer.post_event(body, ev.reason, ev.message, ev.type)) for ev in step.events]
+        pending = self._posting.get((namespace, name))
+        if pending is None:
+            await asyncio.gather(*posting)
+        else:
+            pending.extend(posting)
 
     def _record_metrics(self, spec: ExperimentSpec, uid: str, old: ExperimentStatus, new: ExperimentStatus, step: Step) -> None:
         m = self.metrics
@@ -390,6 +412,10 @@ class Reconciler:
         if succeeded or failed:
             job_pods = await self.reader.job_pods(namespace, job_name)
             term = load_test_result.termination_message(job_pods, manifests.LOADGEN_CONTAINER)
+            if term is None and getattr(self.reader, "cache", None) is not None:
+                # The Job's watch can deliver its end before the pod's: ask the API for the pods once.
+                job_pods = await self.reader.job_pods(namespace, job_name, fresh=True)
+                term = load_test_result.termination_message(job_pods, manifests.LOADGEN_CONTAINER)
             summary = load_test_result.parse_summary(term)
             if failed and summary and summary.get("error"):
                 message = f"{message}; load generator: {summary['error']}"
@@ -479,12 +505,15 @@ class Reconciler:
             if action.group_size > 1:
                 await self._ensure_group(action, spec, owner, build, obs)
                 return status
-            await self.writer.create(
-                manifests.build_engine_deployment(
-                    spec, owner, action.tier, build, action.node_name, action.interconnect, max_num_seqs=action.max_num_seqs
-                )
+            # Both at once (each create is idempotent): a pass's duration is mostly API round trips.
+            await asyncio.gather(
+                self.writer.create(
+                    manifests.build_engine_deployment(
+                        spec, owner, action.tier, build, action.node_name, action.interconnect, max_num_seqs=action.max_num_seqs
+                    )
+                ),
+                self.writer.create(manifests.build_engine_service(spec, owner, action.tier)),
             )
-            await self.writer.create(manifests.build_engine_service(spec, owner, action.tier))
         elif isinstance(action, EnsureLoadTest):
             await self.writer.create(manifests.build_load_test_job(spec, owner, action.tier, action.attempt, build, action.search))
         elif isinstance(action, DeleteTier):

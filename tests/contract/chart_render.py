@@ -53,10 +53,19 @@ API_GROUPS: dict[type, str] = {
     client.CustomObjectsApi: naming.GROUP,
     client.CoordinationV1Api: "coordination.k8s.io",
 }
-VERBS = {"read": "get", "get": "get", "list": "list", "create": "create", "replace": "update", "patch": "patch", "delete": "delete"}
+VERBS = {
+    "read": "get",
+    "get": "get",
+    "list": "list",
+    "create": "create",
+    "replace": "update",
+    "patch": "patch",
+    "delete": "delete",
+    "delete_collection": "deletecollection",
+}
 CLUSTER_SCOPED = {"nodes", "namespaces", "persistentvolumes", "customresourcedefinitions"}
 _METHOD = re.compile(
-    r"^(?P<verb>read|get|list|create|replace|patch|delete)_(?P<ns>namespaced_|cluster_)?(?P<kind>[a-z_]+?)"
+    r"^(?P<verb>read|get|list|create|replace|patch|delete_collection|delete)_(?P<ns>namespaced_|cluster_)?(?P<kind>[a-z_]+?)"
     r"(?P<sub>_status|_log)?(?P<all>_for_all_namespaces)?$"
 )
 

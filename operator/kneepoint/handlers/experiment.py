@@ -2,7 +2,9 @@
 
 One daemon per experiment runs reconcile passes. It sleeps until the ladder's requested
 delay, or until an event on one of the experiment's children (engine pods, Deployments,
-load-test Jobs) or a spec change wakes it, so nothing polls the API in a tight loop.
+load-test Jobs) or a spec change wakes it, so nothing polls the API in a tight loop. Every
+object those watches deliver goes into the reader's cache first (``kube.child_cache``), so the
+pass it wakes reads it from there instead of the API.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from kneepoint.kube import naming
+from kneepoint.kube import child_cache, naming
+from kneepoint.kube.child_cache import ChildCache
 from kneepoint.kube.child_reader import ChildReader
 from kneepoint.kube.child_writer import ChildWriter
 from kneepoint.operator_metrics import OperatorMetrics
@@ -59,9 +62,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     metrics = served or OperatorMetrics()
     count = metrics.api_requests
     elector = memo.get("elector")  # set by `kneepoint operator` once it leads; absent in tools that drive kopf themselves
+    memo.cache = cache = ChildCache()
     memo.reconciler = Reconciler(
-        ChildReader(api, on_request=lambda method: count.labels(method).inc()),
-        ChildWriter(api, on_request=lambda method: count.labels(method).inc(), fence=elector.fence if elector else None),
+        ChildReader(api, on_request=lambda method: count.labels(method).inc(), cache=cache),
+        ChildWriter(api, on_request=lambda method: count.labels(method).inc(), fence=elector.fence if elector else None, cache=cache),
         operator_settings,
         metrics=metrics,
     )
@@ -125,6 +129,18 @@ async def run_experiment(name: str, namespace: str | None, memo: kopf.Memo, stop
     memo.wakeups.pop((namespace, name), None)
 
 
+def _remember(memo: kopf.Memo, kind: str, event: Mapping[str, Any]) -> None:
+    """The watch event's object into the reader's cache (a DELETED one out of it)."""
+    cache: ChildCache | None = getattr(memo, "cache", None)
+    obj = event.get("object")
+    if cache is None or not isinstance(obj, Mapping):
+        return
+    if event.get("type") == "DELETED":
+        cache.drop(kind, obj)
+    else:
+        cache.offer(kind, obj)
+
+
 def _wake_owner(memo: kopf.Memo, namespace: str, labels: Mapping[str, str]) -> None:
     experiment = labels.get(naming.LABEL_EXPERIMENT)
     if experiment and hasattr(memo, "wakeups"):
@@ -136,18 +152,26 @@ def _wake_owner(memo: kopf.Memo, namespace: str, labels: Mapping[str, str]) -> N
 @kopf.on.event("", "v1", "pods", labels={naming.LABEL_ROLE: kopf.PRESENT})
 @kopf.on.event("apps", "v1", "deployments", labels={naming.LABEL_ROLE: naming.ROLE_ENGINE})
 @kopf.on.event("batch", "v1", "jobs", labels={naming.LABEL_ROLE: naming.ROLE_LOADTEST})
-def child_changed(namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
-    """A child changed: wake its experiment's daemon instead of waiting for the next poll."""
+async def child_changed(
+    namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, event: Mapping[str, Any], resource: Any, **_: Any
+) -> None:
+    """A child changed: into the cache, then wake its experiment's daemon instead of waiting for the next poll.
+
+    Async, so it runs on the event loop with the passes that read the cache (kopf runs a plain function in a
+    worker thread)."""
     assert namespace is not None  # only namespaced kinds are watched
+    _remember(memo, resource.plural, event)
     _wake_owner(memo, namespace, labels)
 
 
 @kopf.on.event(naming.GROUP, naming.VERSION, naming.PLURAL)
-def experiment_changed(name: str, namespace: str | None, body: Any, memo: kopf.Memo, **_: Any) -> None:
-    """A spec change (new generation) wakes the daemon at once."""
+async def experiment_changed(name: str, namespace: str | None, body: Any, memo: kopf.Memo, event: Mapping[str, Any], **_: Any) -> None:
+    """Into the cache (the next pass reads it from there; async: on the loop, as child_changed); a spec change
+    (new generation) wakes the daemon at once."""
+    _remember(memo, child_cache.EXPERIMENTS, event)
     generation = body.get("metadata", {}).get("generation")
     observed = (body.get("status") or {}).get("observedGeneration")
     if generation != observed and hasattr(memo, "wakeups"):
-        event = memo.wakeups.get((namespace, name))
-        if event is not None:
-            event.set()
+        wake = memo.wakeups.get((namespace, name))
+        if wake is not None:
+            wake.set()

@@ -3,6 +3,11 @@
 Calls the synchronous Kubernetes client in worker threads and returns plain dicts exactly as
 the API serves them (``_preload_content=False``), so the pure functions in ``pod_status``,
 ``fleet`` and ``load_test_result`` see the same shapes in tests and in production.
+
+With a :class:`~kneepoint.kube.child_cache.ChildCache` (the operator's watches feed it), the
+experiment, its engine Deployment, its pods and its load-test Jobs come from there when it has
+them; a miss (nothing cached) is read from the API and offered to the cache, so the cache
+never answers "absent" on its own.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kneepoint.core.tiers import Tier
-from kneepoint.kube import naming
+from kneepoint.kube import child_cache, naming
+from kneepoint.kube.child_cache import ChildCache
 from kneepoint.kube.lws_api import LeaderWorkerSetApi
 
 log = logging.getLogger("kneepoint.reader")
@@ -30,8 +36,9 @@ def _json(resp: Any) -> dict[str, Any]:
 class ChildReader:
     """Read-only API access for one operator process."""
 
-    def __init__(self, api_client: client.ApiClient, on_request: Callable[[str], None] | None = None):
+    def __init__(self, api_client: client.ApiClient, on_request: Callable[[str], None] | None = None, cache: ChildCache | None = None):
         self.on_request = on_request or (lambda method: None)
+        self.cache = cache
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
@@ -51,8 +58,22 @@ class ChildReader:
 
         return await asyncio.to_thread(run)
 
+    async def _cached(self, kind: str, namespace: str, name: str, fn: Any, *args: Any) -> dict[str, Any] | None:
+        """From the cache, else from the API (offered to the cache)."""
+        if self.cache is not None:
+            obj = self.cache.get(kind, namespace, name)
+            if obj is not None:
+                return obj
+        obj = await self._call(fn, *args)
+        if self.cache is not None:
+            if obj is None:
+                self.cache.absent(kind, namespace, name)
+            else:
+                self.cache.offer(kind, obj)
+        return obj
+
     async def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return await self._call(self.apps.read_namespaced_deployment, name, namespace)
+        return await self._cached(child_cache.DEPLOYMENTS, namespace, name, self.apps.read_namespaced_deployment, name, namespace)
 
     async def leader_worker_set(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A multi-node tier's LeaderWorkerSet, or None."""
@@ -67,8 +88,19 @@ class ChildReader:
         data = await self._call(self.core.list_namespaced_pod, namespace, label_selector=selector)
         return (data or {}).get("items", [])
 
+    async def _cached_pods(self, namespace: str, labels: dict[str, str], fresh: bool = False) -> list[dict[str, Any]]:
+        """Pods from the cache when it holds any that match, else (or ``fresh``) from the API (offered to the cache)."""
+        if self.cache is not None and not fresh:
+            found = self.cache.select(child_cache.PODS, namespace, labels)
+            if found:
+                return found
+        pods = await self.pods(namespace, labels)
+        if self.cache is not None:
+            self.cache.listed(child_cache.PODS, namespace, labels, pods)
+        return pods
+
     async def engine_pods(self, experiment: str, namespace: str, tier: Tier) -> list[dict[str, Any]]:
-        return await self.pods(namespace, naming.child_labels(experiment, tier, naming.ROLE_ENGINE))
+        return await self._cached_pods(namespace, naming.child_labels(experiment, tier, naming.ROLE_ENGINE))
 
     async def container_log(
         self, namespace: str, pod: str, container: str, previous: bool, tail_lines: int, limit_bytes: int
@@ -112,10 +144,12 @@ class ChildReader:
         return await asyncio.to_thread(run)
 
     async def job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return await self._call(self.batch.read_namespaced_job, name, namespace)
+        return await self._cached(child_cache.JOBS, namespace, name, self.batch.read_namespaced_job, name, namespace)
 
-    async def job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
-        return await self.pods(namespace, {"job-name": job_name})
+    async def job_pods(self, namespace: str, job_name: str, fresh: bool = False) -> list[dict[str, Any]]:
+        """The Job's pods; ``fresh``: from the API whatever the cache holds (a Job's and its pods' watch events
+        come on different streams, so a finished Job can be cached before its pod's termination message)."""
+        return await self._cached_pods(namespace, {"job-name": job_name}, fresh)
 
     async def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._call(self.core.read_namespaced_config_map, name, namespace)
@@ -143,4 +177,14 @@ class ChildReader:
         return (data or {}).get("items", [])
 
     async def experiment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return await self._call(self.custom.get_namespaced_custom_object, naming.GROUP, naming.VERSION, namespace, naming.PLURAL, name)
+        return await self._cached(
+            child_cache.EXPERIMENTS,
+            namespace,
+            name,
+            self.custom.get_namespaced_custom_object,
+            naming.GROUP,
+            naming.VERSION,
+            namespace,
+            naming.PLURAL,
+            name,
+        )

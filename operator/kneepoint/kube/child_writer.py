@@ -8,8 +8,10 @@ repeat after a crash at any point.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client
@@ -17,10 +19,12 @@ from kubernetes.client.exceptions import ApiException
 
 from kneepoint.core.tiers import Tier
 from kneepoint.core.timestamps import now_rfc3339
-from kneepoint.kube import naming
+from kneepoint.kube import child_cache, naming
+from kneepoint.kube.child_cache import ChildCache
 from kneepoint.kube.lws_api import LeaderWorkerSetApi
 
 log = logging.getLogger("kneepoint.kube")
+EVENT_THREADS = 4
 
 
 class ChildWriter:
@@ -32,6 +36,7 @@ class ChildWriter:
         component: str = "kneepoint-operator",
         on_request: Callable[[str], None] | None = None,
         fence: Callable[[str], None] | None = None,
+        cache: ChildCache | None = None,
     ):
         count = on_request or (lambda method: None)
         check = fence or (lambda method: None)
@@ -49,6 +54,11 @@ class ChildWriter:
         self.custom = client.CustomObjectsApi(api_client)
         self.lws = LeaderWorkerSetApi(api_client, self.on_request)
         self.component = component
+        # Events post in the background (see Reconciler._write) on threads of their own: a burst of them never
+        # queues ahead of a pass's creates, deletes and status patch for the shared worker threads.
+        self.event_threads = ThreadPoolExecutor(max_workers=EVENT_THREADS, thread_name_prefix="kneepoint-events")
+        self.cache = cache
+        """The reader's cache: told what this writer deleted and which experiment its status patch returned."""
 
     async def create(self, body: dict[str, Any]) -> bool:
         """Create ``body`` unless it exists. Returns True when this call created it."""
@@ -97,40 +107,53 @@ class ChildWriter:
         await asyncio.to_thread(run)
 
     async def delete_by_labels(self, namespace: str, labels: dict[str, str], kinds: tuple[str, ...], keep: set[str] | None = None) -> int:
-        """Delete children matching ``labels`` (Background propagation: pods go with their owners)."""
-        selector = ",".join(f"{k}={v}" for k, v in labels.items())
-        body = client.V1DeleteOptions(propagation_policy="Background")
-        listing = {
-            "deployments": (self.apps.list_namespaced_deployment, self.apps.delete_namespaced_deployment),
-            "services": (self.core.list_namespaced_service, self.core.delete_namespaced_service),
-            "jobs": (self.batch.list_namespaced_job, self.batch.delete_namespaced_job),
-            "configmaps": (self.core.list_namespaced_config_map, self.core.delete_namespaced_config_map),
+        """Delete children matching ``labels``, but those named in ``keep``: one delete-collection request per kind,
+        all kinds at once (Background propagation: pods go with their owners). Returns how many the API deleted."""
+        selector = _selector(labels)
+        fields = ",".join(f"metadata.name!={name}" for name in sorted(keep or ())) or None
+        collection = {
+            "deployments": self.apps.delete_collection_namespaced_deployment,
+            "services": self.core.delete_collection_namespaced_service,
+            "jobs": self.batch.delete_collection_namespaced_job,
         }
 
-        def run() -> int:
-            deleted = 0
-            for kind in kinds:
-                list_fn, delete_fn = listing[kind]
-                self.on_request(list_fn.__name__)
-                for item in list_fn(namespace, label_selector=selector).items:
-                    name = item.metadata.name
-                    if keep and name in keep:
-                        continue
-                    if item.metadata.deletion_timestamp:
-                        continue
-                    try:
-                        self.on_request(delete_fn.__name__)
-                        delete_fn(name, namespace, body=body)
-                        deleted += 1
-                    except ApiException as exc:
-                        if exc.status != 404:
-                            raise
-            return deleted
+        def run(kind: str) -> int:
+            fn = collection[kind]
+            self.on_request(fn.__name__)
+            resp = fn(namespace, label_selector=selector, field_selector=fields, propagation_policy="Background", _preload_content=False)
+            try:
+                return len(json.loads(resp.data).get("items") or [])
+            except (ValueError, AttributeError):
+                return 0
 
-        count = await asyncio.to_thread(run)
+        counts = await asyncio.gather(*(asyncio.to_thread(run, kind) for kind in kinds))
+        if self.cache is not None:
+            kept = keep or set()
+            # A kept engine's pods stay too: they carry its tier label (the Deployment's name is the engine's).
+            kept_tiers = {d["metadata"].get("labels", {}).get(naming.LABEL_TIER) for d in self._cached(namespace, kept)}
+            self.cache.forget(
+                [k for k in (child_cache.DEPLOYMENTS, child_cache.JOBS) if k in kinds],
+                namespace,
+                labels,
+                lambda o: o["metadata"]["name"] in kept,
+            )
+            self.cache.forget(
+                (child_cache.PODS,),
+                namespace,
+                labels,
+                lambda o: (
+                    (o["metadata"].get("labels") or {}).get(naming.LABEL_TIER) in kept_tiers
+                    and (o["metadata"].get("labels") or {}).get(naming.LABEL_ROLE) == naming.ROLE_ENGINE
+                ),
+            )
+        count = sum(counts)
         if count:
             log.info("Deleted %d object(s) in %s matching %s", count, namespace, selector)
         return count
+
+    def _cached(self, namespace: str, names: set[str]) -> list[dict[str, Any]]:
+        assert self.cache is not None
+        return [o for o in (self.cache.objects[child_cache.DEPLOYMENTS].get((namespace, n)) for n in names) if o is not None]
 
     async def delete_tier(self, experiment: str, namespace: str, tier: Tier, keep_engine: bool = False) -> int:
         labels = {naming.LABEL_EXPERIMENT: naming.experiment_label_value(experiment), naming.LABEL_TIER: tier.name}
@@ -146,16 +169,21 @@ class ChildWriter:
         deleted = await self.delete_by_labels(namespace, labels, ("deployments", "services", "jobs"), keep=keep)
         return deleted + await self.lws.delete_by_labels(namespace, _selector(labels), keep=keep)
 
-    async def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        """Merge-patch the experiment's status subresource."""
+    async def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch the experiment's status subresource; the experiment as the API returned it (offered to the cache,
+        so the next pass starts from this write without reading the experiment again)."""
         self.on_request("patch_namespaced_custom_object_status")
 
-        def run() -> None:
-            self.custom.patch_namespaced_custom_object_status(
+        def run() -> dict[str, Any]:
+            resp = self.custom.patch_namespaced_custom_object_status(
                 naming.GROUP, naming.VERSION, namespace, naming.PLURAL, name, {"status": patch}, _preload_content=False
             )
+            return dict(json.loads(resp.data))
 
-        await asyncio.to_thread(run)
+        body = await asyncio.to_thread(run)
+        if self.cache is not None:
+            self.cache.offer(child_cache.EXPERIMENTS, body)
+        return body
 
     async def post_event(self, involved: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
         """Post a core/v1 Event on the experiment. Failures are logged, never fatal."""
@@ -189,7 +217,7 @@ class ChildWriter:
             except ApiException as exc:
                 log.warning("Could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc.reason)
 
-        await asyncio.to_thread(run)
+        await asyncio.get_running_loop().run_in_executor(self.event_threads, run)
 
 
 def _selector(labels: dict[str, str]) -> str:

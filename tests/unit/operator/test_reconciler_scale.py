@@ -156,3 +156,72 @@ def test_a_stale_fleet_read_is_refreshed_in_the_background_and_an_old_one_waited
         assert len((await r._fleet_lists())[0]) == 1
 
     asyncio.run(run())
+
+
+def test_a_pass_does_not_wait_for_its_events_but_the_wake_up_posts_them_all_before_it_ends():
+    api = FakeApi([node("h200-0")])
+    gate = asyncio.Event()
+    posted: list[str] = []
+
+    async def post_event(involved: Any, reason: str, *args: Any) -> None:
+        await gate.wait()
+        posted.append(reason)
+
+    api.post_event = post_event  # type: ignore[method-assign]
+    api.objects["a"] = experiment("a")
+    clock = [1_800_000_000.0]
+    r = reconciler(api, clock)
+
+    async def run() -> None:
+        wake = asyncio.ensure_future(r.reconcile("a", "ns"))
+        # The plan's pass and the first tier's deploy pass both write status while no event has been posted yet.
+        while api.calls.count("patch_status") < 2:
+            await asyncio.sleep(0)
+        assert posted == [] and not wake.done()
+        gate.set()
+        await wake
+
+    asyncio.run(run())
+    assert "PlanReady" in posted and "TierDeploying" in posted
+
+
+def test_a_finished_job_whose_cached_pod_has_no_summary_yet_reads_its_pods_from_the_api():
+    from kneepoint.core.tiers import Tier
+    from kneepoint.kube import manifests
+    from kneepoint.kube.child_cache import ChildCache
+
+    summary = '{"v": 1, "ok": true, "outputTokensPerSecond": 1000.0}'
+    running = {"status": {"containerStatuses": [{"name": manifests.LOADGEN_CONTAINER, "state": {"running": {}}}]}}
+    ended = {
+        "status": {
+            "containerStatuses": [
+                {"name": manifests.LOADGEN_CONTAINER, "state": {"terminated": {"exitCode": 0, "message": summary, "finishedAt": "t"}}}
+            ]
+        }
+    }
+    asked: list[bool] = []
+
+    class Reader(FakeApi):
+        cache = ChildCache()
+
+        async def job(self, namespace: str, name: str) -> dict[str, Any]:
+            return {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+
+        async def job_pods(self, namespace: str, job_name: str, fresh: bool = False) -> list[dict[str, Any]]:
+            asked.append(fresh)
+            return [ended if fresh else running]  # the Job's watch event came before its pod's
+
+    api = Reader([node("h200-0")])
+    r = reconciler(api, [1_800_000_000.0])
+    state = asyncio.run(r._load_test("ns", "a", Tier(1, 1), 1))
+    assert asked == [False, True]
+    assert state.succeeded and state.summary is not None and state.summary["outputTokensPerSecond"] == 1000.0
+
+
+def test_the_watch_handlers_that_fill_the_cache_run_on_the_event_loop():
+    # kopf runs a plain function in a worker thread; the passes iterate the cache on the loop meanwhile.
+    import inspect
+
+    from kneepoint.handlers import experiment as handlers
+
+    assert inspect.iscoroutinefunction(handlers.child_changed) and inspect.iscoroutinefunction(handlers.experiment_changed)
