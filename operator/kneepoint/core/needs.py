@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kneepoint.core.ladder import LadderSettings, current_tier, group_size, recorded_gpu_product, tier_of
+from kneepoint.core.ladder import LadderSettings, current_tier, group_size, ladder_tiers, recorded_gpu_product, tier_of
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import (
     TIER_COLLECTING,
@@ -70,6 +70,13 @@ class ScrapeCheckNeed:
 
 
 @dataclass(frozen=True)
+class PredictionNeed:
+    """Predict-first: the whole ladder run on the engine simulator before the plan (an adapter computes it)."""
+
+    tiers: tuple[Tier, ...]
+
+
+@dataclass(frozen=True)
 class Needs:
     """The reads of one pass; every one left out is not made."""
 
@@ -86,6 +93,7 @@ class Needs:
     load_test: LoadTestNeed | None = None
     metrics: MetricsNeed | None = None
     scrape_check: ScrapeCheckNeed | None = None
+    prediction: PredictionNeed | None = None
 
 
 def needs(spec: ExperimentSpec, status: ExperimentStatus, settings: LadderSettings | None = None) -> Needs:
@@ -107,6 +115,7 @@ def needs(spec: ExperimentSpec, status: ExperimentStatus, settings: LadderSettin
         # Only a Pending or Waiting tier can be given GPUs (EnsureEngine); planning reads the fleet without the lock.
         capacity=CapacityNeed(tier, join_queue=phase == TIER_WAITING) if (measure and placing and tier is not None) else None,
         leader_worker_set_api=group and placing,
+        prediction=PredictionNeed(tuple(ladder_tiers(spec))) if (planning and spec.plan.predict_first) else None,
     )
     if current is None or tier is None:
         return out
