@@ -49,12 +49,18 @@ class _Range:
     hi: float
 
 
-def _band(tier: TierResult, attr: str) -> float:
-    """A measured figure is taken as it is (as the full ladder takes it); a predicted one may be off by its band."""
+def _band(tier: TierResult, attr: str, other: TierResult | None = None) -> float:
+    """A measured figure is taken as it is (as the full ladder takes it); a predicted one may be off by its band.
+    Compared with another predicted tier, only the TP-scaling error counts: every tier's figure is the simulator's
+    1-GPU figure times its modelled scaling, so the 1-GPU calibration error cancels in the ratio."""
     if _was_measured(tier):
         return 0.0
     pred = tier.prediction
-    return float(getattr(pred, attr)) if pred is not None else 0.0
+    if pred is None:
+        return 0.0
+    if attr in ("throughput_band", "p99_band") and other is not None and not _was_measured(other) and other.prediction is not None:
+        return pred.scaling_band
+    return float(getattr(pred, attr))
 
 
 def _was_measured(tier: TierResult) -> bool:
@@ -74,13 +80,13 @@ def ambiguous(step: StepEvaluation, rules: StopRulesSpec) -> list[str]:
     ta, tb = a.output_tokens_per_second, b.output_tokens_per_second
     if not (ta and tb and ta > 0):
         return out
-    dt = _ratio_range(tb, _band(b, "throughput_band"), ta, _band(a, "throughput_band"))
+    dt = _ratio_range(tb, _band(b, "throughput_band", a), ta, _band(a, "throughput_band", b))
     g = rules.min_throughput_gain
     if dt.lo < g <= dt.hi:
         out.append(THROUGHPUT_GAIN)
     pa, pb = a.latency_p99_ms, b.latency_p99_ms
     if pa and pb and pa > 0:
-        dp = _ratio_range(pb, _band(b, "p99_band"), pa, _band(a, "p99_band"))
+        dp = _ratio_range(pb, _band(b, "p99_band", a), pa, _band(a, "p99_band", b))
         m = rules.max_p99_degradation
         could_fire = dp.hi > m and dp.hi > dt.lo
         could_hold = dp.lo <= m or dp.lo <= dt.hi
@@ -156,6 +162,7 @@ def _tier_prediction(p: Pass, tier: TierResult, prediction: LadderPrediction) ->
         failure=failure,
         throughput_band=forecast.throughput_band,
         p99_band=forecast.p99_band,
+        scaling_band=forecast.scaling_band,
         comm_band=forecast.comm_band,
         memory_band=forecast.memory_band,
     )
@@ -176,7 +183,12 @@ def apply_prediction(p: Pass) -> None:
     out = []
     for t in tiers:
         if t.phase == TIER_PENDING and t.prediction is not None and t.name not in need:
-            t = replace(t, phase=TIER_PREDICTED, reason=f"predicted, not measured: its measurement cannot change the predicted decision {winner} ({rule})")
+            why = (
+                f"predicted to fail: {t.prediction.failure}"
+                if t.prediction.failure
+                else f"its measurement cannot change the predicted decision {winner} ({rule})"
+            )
+            t = replace(t, phase=TIER_PREDICTED, reason=f"predicted, not measured: {why}")
         elif t.phase == TIER_PENDING and t.name in need:
             t = replace(t, reason=f"to measure: {need[t.name or '']}")
         out.append(t)

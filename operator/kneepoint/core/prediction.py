@@ -31,6 +31,8 @@ class TierForecast:
     """Set when the simulated engine refused to start (vLLM's line); such a tier is measured, never predicted."""
     throughput_band: float = 0.0
     p99_band: float = 0.0
+    scaling_band: float = 0.0
+    """Error of this tier's figures over the 1-GPU tier's (0 at one GPU)."""
     comm_band: float = 0.0
     memory_band: float = 0.0
 

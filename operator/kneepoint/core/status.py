@@ -75,6 +75,11 @@ class TierPrediction:
     )
     throughput_band: float = api_field("Relative error band of the throughput figure (0.05 = +-5 %).", default=0.0)
     p99_band: float = api_field("Relative error band of the P99 figure.", default=0.0)
+    scaling_band: float = api_field(
+        "Relative error band of this tier's figures over the 1-GPU tier's (the simulator's TP-scaling error; 0 at one "
+        "GPU): what a comparison between two predicted tiers can be off by, the 1-GPU calibration cancelling.",
+        default=0.0,
+    )
     comm_band: float = api_field("Absolute error band of the communication share (0.2 = +-20 points).", default=0.0)
     memory_band: float = api_field("Relative error band of the needed-memory figure.", default=0.0)
     outside_band: str | None = api_field(
