@@ -233,7 +233,11 @@ def near_threshold_scenarios(measurements: Measurements) -> list[Scenario]:
         dataclasses.replace(
             base,
             name="near-comm",
-            stop_rules=(("memoryHeadroom", 0.10), ("minThroughputGain", 0.05), ("maxCommFraction", round(f["TP4"].comm_fraction + NEAR_MARGIN, 3))),
+            stop_rules=(
+                ("memoryHeadroom", 0.10),
+                ("minThroughputGain", 0.05),
+                ("maxCommFraction", round(f["TP4"].comm_fraction + NEAR_MARGIN, 3)),
+            ),
         )
     )
     # The 1-GPU tier's memory share just above memoryHeadroom (one GPU is, narrowly, too full).
@@ -606,7 +610,13 @@ REFERENCE = Variant(
 )
 PREDICT_FIRST = "predict first"
 VARIANTS = (
-    Variant("ladder", skip=True, early_stop=True, adaptive=False, description="the full ladder (predictFirst false): estimator skip + early stop"),
+    Variant(
+        "ladder",
+        skip=True,
+        early_stop=True,
+        adaptive=False,
+        description="the full ladder (predictFirst false): estimator skip + early stop",
+    ),
     Variant(
         PREDICT_FIRST,
         skip=True,
@@ -784,9 +794,7 @@ def run_ladder(
     label = Tier(decision.tensor_parallel, decision.pipeline_parallel).label if decision else None
     measured = sum(1 for t in status.tiers if t.phase == "Measured")
     fallback = status.prediction.fallback if status.prediction is not None else None
-    return RunResult(
-        variant, label, decision.rule if decision else None, cluster.costs, now - EPOCH, passes, measured, status, fallback
-    )
+    return RunResult(variant, label, decision.rule if decision else None, cluster.costs, now - EPOCH, passes, measured, status, fallback)
 
 
 @dataclass(frozen=True)
@@ -1129,7 +1137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(agreement_line(f"predict first vs sweep ({len(results)} scenario-seeds)", results, PREDICT_FIRST))
     if near:
         print()
-        print(f"near-threshold scenarios (thresholds {NEAR_MARGIN:g} from the predicted figure; mislabelled-link: engines over PCIe on NVLink-labelled nodes):")
+        print(
+            f"near-threshold scenarios (thresholds {NEAR_MARGIN:g} from the predicted figure; mislabelled-link: engines over PCIe on NVLink-labelled nodes):"
+        )
         print(scenario_table(near))
         print()
         if any(v.name == PREDICT_FIRST for v in variants):

@@ -51,14 +51,15 @@ class _Range:
 
 def _band(tier: TierResult, attr: str, other: TierResult | None = None) -> float:
     """A measured figure is taken as it is (as the full ladder takes it); a predicted one may be off by its band.
-    Compared with another predicted tier, only the TP-scaling error counts: every tier's figure is the simulator's
-    1-GPU figure times its modelled scaling, so the 1-GPU calibration error cancels in the ratio."""
+    Throughput compared with another predicted tier: only the TP-scaling error counts (every tier's throughput is
+    the simulator's 1-GPU figure times its modelled scaling, so the 1-GPU calibration error cancels in the ratio).
+    P99 keeps its whole band: its 1-GPU error comes from how requests queue, which need not cancel."""
     if _was_measured(tier):
         return 0.0
     pred = tier.prediction
     if pred is None:
         return 0.0
-    if attr in ("throughput_band", "p99_band") and other is not None and not _was_measured(other) and other.prediction is not None:
+    if attr == "throughput_band" and other is not None and not _was_measured(other) and other.prediction is not None:
         return pred.scaling_band
     return float(getattr(pred, attr))
 
@@ -119,6 +120,9 @@ def required(p: Pass, tiers: tuple[TierResult, ...]) -> tuple[dict[str, str], st
     rules = p.spec.stop_rules
     winner = next(t for t in view if t.tensor_parallel == decision.tensor_parallel and t.pipeline_parallel == decision.pipeline_parallel)
     need: dict[str, str] = {winner.name or "": f"the predicted winner ({decision.rule})"}
+    for t in tiers:
+        if t.phase == TIER_PENDING and t.prediction is not None and t.prediction.start_failure:
+            need.setdefault(t.name or "", "the simulated engine does not start; vLLM's own start check decides fit")
     for step in outcome.steps:
         deciding = step.previous.name == winner.name and decision.rule in STEP_RULES
         if deciding:
@@ -139,13 +143,17 @@ def required(p: Pass, tiers: tuple[TierResult, ...]) -> tuple[dict[str, str], st
 
 def _tier_prediction(p: Pass, tier: TierResult, prediction: LadderPrediction) -> TierPrediction | None:
     forecast = prediction.forecast(tier_of(tier))
-    if forecast is None or forecast.start_failure:
+    if forecast is None:
         return None
+    if forecast.start_failure:
+        return TierPrediction(start_failure=forecast.start_failure[:300])
     peak = None
     if p.obs.architecture is not None and p.obs.gpu is not None and forecast.peak_kv_cache_usage is not None:
         est = estimate(p.spec, p.obs, tier_of(tier))
         usage = min(1.0, max(0.0, forecast.peak_kv_cache_usage))
-        peak = round(needed_memory_bytes(est.weights_bytes_per_gpu, est.kv_pool_bytes_per_gpu, usage, est.non_kv_overhead_bytes_per_gpu) / GIB, 2)
+        peak = round(
+            needed_memory_bytes(est.weights_bytes_per_gpu, est.kv_pool_bytes_per_gpu, usage, est.non_kv_overhead_bytes_per_gpu) / GIB, 2
+        )
     failure = None
     timeout = p.spec.budget.load_test_timeout_seconds
     if forecast.load_test_seconds is not None and forecast.load_test_seconds * (1 - forecast.throughput_band) > timeout:
@@ -173,9 +181,7 @@ def apply_prediction(p: Pass) -> None:
     prediction = p.obs.prediction
     if prediction is None or not p.spec.plan.predict_first:
         return
-    tiers = tuple(
-        replace(t, prediction=_tier_prediction(p, t, prediction)) if t.phase == TIER_PENDING else t for t in p.status.tiers
-    )
+    tiers = tuple(replace(t, prediction=_tier_prediction(p, t, prediction)) if t.phase == TIER_PENDING else t for t in p.status.tiers)
     need, winner, rule = required(p, tiers)
     if winner is None:
         p.status = replace(p.status, tiers=tiers)
@@ -212,6 +218,8 @@ def outside_band(tier: TierResult) -> str | None:
     pred = tier.prediction
     if pred is None or tier.phase != TIER_MEASURED:
         return None
+    if pred.start_failure:
+        return f"started and was measured, but the simulated engine did not start ({pred.start_failure})"
     checks = (
         ("outputTokensPerSecond", tier.output_tokens_per_second, pred.output_tokens_per_second, pred.throughput_band, True),
         ("latencyP99Ms", tier.latency_p99_ms, pred.latency_p99_ms, pred.p99_band, True),

@@ -54,6 +54,8 @@ def as_measured(tier: TierResult) -> TierResult:
     pred = tier.prediction
     if pred is None:
         return tier
+    if pred.start_failure:
+        return replace(tier, phase=TIER_FAILED, reason=pred.start_failure, does_not_fit=True)
     if pred.failure:
         return replace(tier, phase=TIER_FAILED, reason=pred.failure)
     return replace(
@@ -90,9 +92,7 @@ def _step_text(step: StepEvaluation, predicted: set[str]) -> str:
     return f"{step.label} (predicted: {'; '.join(figures)})"
 
 
-def decision_basis(
-    tiers: Sequence[TierResult], steps: Sequence[StepEvaluation], memory_tier: TierResult | None
-) -> DecisionBasis | None:
+def decision_basis(tiers: Sequence[TierResult], steps: Sequence[StepEvaluation], memory_tier: TierResult | None) -> DecisionBasis | None:
     """Which comparisons the decision read were measured and which used a predicted tier (None without predictions)."""
     if not any(t.prediction is not None for t in tiers):
         return None
@@ -101,7 +101,12 @@ def decision_basis(
     predicted_cmp: list[str] = []
     if memory_tier is not None:
         label = f"{tier_label(memory_tier)} memory"
-        (predicted_cmp if memory_tier.name in predicted else measured_cmp).append(label)
+        pred = memory_tier.prediction
+        if memory_tier.name in predicted and pred is not None:
+            needed = f"{pred.peak_memory_gi_b:.1f} GiB" if pred.peak_memory_gi_b is not None else "?"
+            predicted_cmp.append(f"{label} (predicted: {needed} needed ±{pred.memory_band:.0%})")
+        else:
+            measured_cmp.append(label)
     for step in steps:
         text = _step_text(step, predicted)
         (predicted_cmp if text != step.label else measured_cmp).append(text)

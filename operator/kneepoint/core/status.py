@@ -73,6 +73,10 @@ class TierPrediction:
         "Why the tier is predicted to fail without a measurement (its load test would outlast budget.loadTestTimeoutSeconds).",
         default=None,
     )
+    start_failure: str | None = api_field(
+        "The simulated engine did not start (vLLM's line): such a tier is still deployed, as vLLM's own start check decides fit.",
+        default=None,
+    )
     throughput_band: float = api_field("Relative error band of the throughput figure (0.05 = +-5 %).", default=0.0)
     p99_band: float = api_field("Relative error band of the P99 figure.", default=0.0)
     scaling_band: float = api_field(
