@@ -218,8 +218,14 @@ def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Cluster,
     assert tp1["peakMemoryGiB"] / tp1["gpuMemoryGiB"] <= spec["stopRules"]["memoryHeadroom"]
     assert tp1["allocatedMemoryGiB"] > tp1["peakMemoryGiB"]
     assert "M1=" in decision["reason"] and "memoryHeadroom 0.85" in decision["reason"]
+    # Predict-first (the default): the simulator predicted TP1 by memory-headroom far from the threshold, so only
+    # TP1 was deployed; the others stay Predicted with the simulator's figures.
+    assert status["prediction"]["predictedTier"] == "TP1" and status["prediction"]["predictedRule"] == "memory-headroom"
     for other in ("tp2-pp1", "tp4-pp1", "tp8-pp1"):
-        assert tier(status, other)["phase"] == "Skipped" and "not needed" in tier(status, other)["reason"]
+        t = tier(status, other)
+        assert t["phase"] == "Predicted" and "cannot change the predicted decision TP1" in t["reason"], t
+        assert t["prediction"]["outputTokensPerSecond"] > 0 and "gpuMinutes" not in t
+    assert decision["basis"]["measured"] == ["TP1 memory"] and decision["basis"]["predictedTiers"] == ["TP2", "TP4", "TP8"]
     assert poller.tiers_deployed(namespace, name) == {"tp1-pp1"}
 
     # (d) replicas for the example's peak of 500 concurrent requests, redundancy 1.3.
@@ -233,9 +239,18 @@ def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Cluster,
 
     # One event per tier transition and one for the decision.
     reasons = Counter(exps.reasons(namespace, name))
-    for reason in ("PlanReady", "TierDeploying", "TierReady", "LoadTestStarted", "LoadTestFinished", "TierMeasured", "DecisionMade"):
+    for reason in (
+        "PlanReady",
+        "PredictionMade",
+        "TierDeploying",
+        "TierReady",
+        "LoadTestStarted",
+        "LoadTestFinished",
+        "TierMeasured",
+        "DecisionMade",
+    ):
         assert reasons[reason] == 1, (reason, reasons)
-    assert reasons["TierSkipped"] == 3, reasons
+    assert reasons["TierSkipped"] == 0, reasons
 
     # While it ran, the Current column named the tier; now the columns show the decision.
     assert any(s.get("currentTier") == "tp1-pp1" for s in poller.seen_statuses(name))
@@ -400,12 +415,14 @@ def test_budget_stops_the_ladder_before_a_tier_that_would_pass_the_cap(exps: Clu
     name = "llama-8b-budget"
     # 0.005 GPU-hours = 0.3 GPU-minutes: TP=1 may start (nothing spent, nothing to predict
     # from); TP=2 would cost twice TP=1's wall time, which is more than the rest.
+    # predictFirst false: the budget stop is about the full ladder, tier after tier.
     spec = example_spec(
         "experiment.yaml",
         load=SMALL_8B_LOAD,
         tiers={"tensorParallel": [1, 2, 4]},
         stopRules={"memoryHeadroom": 0.05},
         budget={"maxGpuHours": 0.005},
+        plan={"predictFirst": False},
     )
     exps.create(experiment(name, namespace, base=spec))
     status = exps.wait_finished(namespace, name, 150)

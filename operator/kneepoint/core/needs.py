@@ -115,7 +115,8 @@ def needs(spec: ExperimentSpec, status: ExperimentStatus, settings: LadderSettin
         # Only a Pending or Waiting tier can be given GPUs (EnsureEngine); planning reads the fleet without the lock.
         capacity=CapacityNeed(tier, join_queue=phase == TIER_WAITING) if (measure and placing and tier is not None) else None,
         leader_worker_set_api=group and placing,
-        prediction=PredictionNeed(tuple(ladder_tiers(spec))) if (planning and spec.plan.predict_first) else None,
+        # Predict-first in Measure mode only: in Simulate mode the measurement is the simulator itself.
+        prediction=PredictionNeed(tuple(ladder_tiers(spec))) if (planning and measure and spec.plan.predict_first) else None,
     )
     if current is None or tier is None:
         return out

@@ -179,7 +179,7 @@ def _tier_prediction(p: Pass, tier: TierResult, prediction: LadderPrediction) ->
 def apply_prediction(p: Pass) -> None:
     """At the plan: attach each runnable tier's prediction and leave Predicted those that cannot change the decision."""
     prediction = p.obs.prediction
-    if prediction is None or not p.spec.plan.predict_first:
+    if prediction is None or not p.spec.plan.predict_first or p.spec.mode != "Measure":
         return
     tiers = tuple(replace(t, prediction=_tier_prediction(p, t, prediction)) if t.phase == TIER_PENDING else t for t in p.status.tiers)
     need, winner, rule = required(p, tiers)

@@ -403,8 +403,8 @@ class PlanSpec:
     predict_first: bool = api_field(
         "Run the whole ladder on the engine simulator first and measure only the tiers whose measurement could change "
         "the decision (the predicted winner, the tier that proves the stop, a lower tier whose comparison is within the "
-        "simulator's error band of a threshold); a measurement outside its band falls back to every tier. false: measure "
-        "every tier the ladder reaches.",
+        "simulator's error band of a threshold); a measurement outside its band falls back to every tier. Measure mode "
+        "only (in Simulate mode the measurement is the simulator). false: measure every tier the ladder reaches.",
         default=True,
     )
 

@@ -44,7 +44,8 @@ def test_needs_planning():
             Needs(architecture=True, missing_objects=True, fleet=True, gpu_product="NVIDIA-H200", prediction=ladder),
         ),
         ("Measure", None, Needs(architecture=True, missing_objects=True, fleet=True, prediction=ladder)),
-        ("Simulate", "NVIDIA-H200", Needs(architecture=True, missing_objects=True, gpu_product="NVIDIA-H200", prediction=ladder)),
+        # Simulate mode: the measurement is the simulator itself, nothing to predict.
+        ("Simulate", "NVIDIA-H200", Needs(architecture=True, missing_objects=True, gpu_product="NVIDIA-H200")),
     ]
     for mode, product, expected in table:
         assert needs(spec(mode, product), ExperimentStatus()) == expected, (mode, product)
