@@ -274,3 +274,25 @@ def _update_lists(p: Pass) -> None:
         tier_label(t) for t in p.status.tiers if t.phase != TIER_PREDICTED and t.prediction is not None and t.phase != TIER_SKIPPED
     )
     p.status = replace(p.status, prediction=replace(p.status.prediction, measure=measure, predicted=predicted))
+
+
+def reopen_for_rule_change(p: Pass) -> bool:
+    """Stop rules changed after a decision: when the new thresholds need a Predicted tier measured, put it back to
+    Pending and reopen the ladder (a decision never rests on a comparison the new rules put within a band)."""
+    if p.status.prediction is None or not any(t.phase == TIER_PREDICTED for t in p.status.tiers):
+        return False
+    need, _, _ = required(p, p.status.tiers)
+    wanted = [t for t in p.status.tiers if t.phase == TIER_PREDICTED and t.name in need]
+    if not wanted:
+        return False
+    for t in wanted:
+        p.put_tier(replace(t, phase=TIER_PENDING, reason=f"to measure after a stop-rule change: {need[t.name or '']}"))
+    p.status = replace(p.status, decision=None, decided_tier=None, finished_at=None)
+    labels = ", ".join(tier_label(t) for t in wanted)
+    p.condition(reasons.DECIDED, "False", reasons.SPEC_CHANGED, f"Stop rules changed: measuring {labels} before deciding again.")
+    p.condition(reasons.PROFILING, "True", reasons.LADDER_RUNNING, f"Profiling {labels} after a stop-rule change.")
+    p.event(reasons.PREDICTION_MADE, f"Stop rules changed: {labels} is measured after all ({need[wanted[0].name or '']})")
+    _update_lists(p)
+    p.progressed = True
+    p.requeue(0.0)
+    return True

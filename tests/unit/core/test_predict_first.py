@@ -150,3 +150,20 @@ def test_the_plan_without_a_prediction_is_the_full_ladder():
     d.run_pass(Observations(now=d.now, generation=1, fleet=d.fleet, architecture=d.arch, gpu=d.gpu))
     assert all(t.phase == "Pending" for t in d.status.tiers) and d.status.prediction is None
     assert replace(d.spec.plan).predict_first is True
+
+
+def test_a_stop_rule_change_that_needs_a_predicted_tier_reopens_the_ladder():
+    d = Driver(make_spec(stopRules=STEP_RULES))
+    plan(d, KNEE_AT_TP2)
+    d.measure("tp2-pp1", 1580, 2020, comm=0.16)
+    d.measure("tp4-pp1", 1650, 1910, comm=0.26)
+    assert d.status.decided_tier == "TP2" and d.tier("tp1-pp1").phase == "Predicted"
+    # minThroughputGain 0.6: TP1 -> TP2 (predicted TP1 against measured TP2: +58 %) is now within the band.
+    d.spec = make_spec(stopRules={**STEP_RULES, "minThroughputGain": 0.6})
+    r = d.step(generation=2)
+    assert d.status.phase == "Profiling" and d.status.decision is None
+    assert d.tier("tp1-pp1").phase == "Pending" and d.tier("tp1-pp1").reason.startswith("to measure after a stop-rule change")
+    assert any(e.reason == "PredictionMade" for e in r.events)
+    d.measure("tp1-pp1", 1000, 3000)
+    assert d.status.phase == "Decided" and d.status.decided_tier == "TP1"  # +58 % < 0.6 now stops at TP1
+    assert d.status.decision.basis.predicted == ()
