@@ -1062,6 +1062,16 @@ def lever_table(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet], varia
     )
 
 
+def _run_scenario(job: tuple[Scenario, int, LoadModel, AdaptiveStop, Sequence[Variant]]) -> tuple[list[ScenarioSeed], float, float]:
+    """Every seed of one scenario (a worker's unit with --jobs: its own measurement cache)."""
+    scenario, seeds, load_model, rule, variants = job
+    began = time.perf_counter()
+    m = Measurements(rule)
+    out = [run_scenario_seed(scenario, seed, m, load_model, variants) for seed in range(1, seeds + 1)]
+    print(f"  {scenario.key}: done ({time.perf_counter() - began:.0f} s)", file=sys.stderr, flush=True)
+    return out, m.cpu_seconds, m.predict_cpu_seconds
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {', '.join(MODELS)}")
@@ -1077,6 +1087,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"comma-separated variants besides the sweep (default all): {', '.join(v.name for v in VARIANTS)}",
     )
     p.add_argument("--no-near", action="store_true", help="leave out the near-threshold scenarios")
+    p.add_argument("--jobs", type=int, default=1, help="scenarios run at once in worker processes (default 1)")
     args = p.parse_args(argv)
     if args.variants == "all":
         variants = VARIANTS
@@ -1103,17 +1114,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     rule = AdaptiveStop()
     measurements = Measurements(rule)
     started = time.perf_counter()
-    results = []
-    for scenario in scenarios(chosen["models"], chosen["fleets"], chosen["workloads"]):
-        for seed in range(1, args.seeds + 1):
-            results.append(run_scenario_seed(scenario, seed, measurements, load_model, variants))
-        print(f"  {scenario.key}: done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
-    near: list[ScenarioSeed] = []
-    if not args.no_near:
-        for scenario in near_threshold_scenarios(measurements):
-            for seed in range(1, args.seeds + 1):
-                near.append(run_scenario_seed(scenario, seed, measurements, load_model, variants))
-            print(f"  {scenario.key}: done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    base = scenarios(chosen["models"], chosen["fleets"], chosen["workloads"])
+    near_list = [] if args.no_near else near_threshold_scenarios(measurements)
+    jobs = [(sc, args.seeds, load_model, rule, variants) for sc in base + near_list]
+    if args.jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            done = pool.map(_run_scenario, jobs, chunksize=1)
+    else:
+        done = [_run_scenario(job) for job in jobs]
+    results = [r for rs, _, _ in done[: len(base)] for r in rs]
+    near = [r for rs, _, _ in done[len(base) :] for r in rs]
+    measurements.cpu_seconds += sum(c for _, c, _ in done)
+    measurements.predict_cpu_seconds += sum(c for _, _, c in done)
     print(
         f"decision cost: {len(results)} scenario-seeds ({len(results) // args.seeds} scenarios x {args.seeds} seeds), "
         f"noise 0.02, ladder TP 1/2/4/8, default stop rules"
