@@ -241,13 +241,14 @@ def verify(p: Pass) -> None:
     if p.status.prediction is None:
         return
     tiers = p.status.tiers
-    if not any(t.phase == TIER_PREDICTED for t in tiers):
-        return
     for t in tiers:
         why = outside_band(t)
-        if why is None or (t.prediction is not None and t.prediction.outside_band):
+        if why is None or p.status.prediction.fallback is not None:
             continue
-        text = f"{tier_label(t)} measured outside its predicted band ({why}): every predicted tier is measured"
+        left = [o for o in tiers if o.phase == TIER_PREDICTED]
+        text = f"{tier_label(t)} measured outside its predicted band ({why}): " + (
+            "every predicted tier is measured" if left else "the ladder goes on as the full ladder (no tier was left predicted)"
+        )
         for other in tiers:
             if other.phase == TIER_PREDICTED:
                 p.put_tier(replace(other, phase=TIER_PENDING, reason="to measure: fallback to the full ladder"))
@@ -256,6 +257,8 @@ def verify(p: Pass) -> None:
         p.status = replace(p.status, prediction=replace(p.status.prediction, fallback=text))
         p.event(reasons.PREDICTION_MISSED, text, warning=True)
         _update_lists(p)
+        return
+    if not any(t.phase == TIER_PREDICTED for t in tiers):
         return
     need, _, _ = required(p, tiers)
     for t in tiers:
