@@ -219,13 +219,24 @@ def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Cluster,
     assert tp1["allocatedMemoryGiB"] > tp1["peakMemoryGiB"]
     assert "M1=" in decision["reason"] and "memoryHeadroom 0.85" in decision["reason"]
     # Predict-first (the default): the simulator predicted TP1 by memory-headroom far from the threshold, so only
-    # TP1 was deployed; the others stay Predicted with the simulator's figures.
-    assert status["prediction"]["predictedTier"] == "TP1" and status["prediction"]["predictedRule"] == "memory-headroom"
+    # TP1 was deployed; the others stay Predicted with the simulator's figures. The sandbox's engines share this
+    # machine's cores, so a loaded machine can put TP1's P99 outside its band: then the ladder falls back (every
+    # predicted tier to be measured) and memory-headroom stops it at TP1 all the same, the others not needed.
+    prediction = status["prediction"]
+    assert prediction["predictedTier"] == "TP1" and prediction["predictedRule"] == "memory-headroom"
+    fallback = prediction.get("fallback")
     for other in ("tp2-pp1", "tp4-pp1", "tp8-pp1"):
         t = tier(status, other)
-        assert t["phase"] == "Predicted" and "cannot change the predicted decision TP1" in t["reason"], t
         assert t["prediction"]["outputTokensPerSecond"] > 0 and "gpuMinutes" not in t
-    assert decision["basis"]["measured"] == ["TP1 memory"] and decision["basis"]["predictedTiers"] == ["TP2", "TP4", "TP8"]
+        if fallback is None:
+            assert t["phase"] == "Predicted" and "cannot change the predicted decision TP1" in t["reason"], t
+        else:
+            assert t["phase"] == "Skipped" and "not needed" in t["reason"], t
+    if fallback is None:
+        assert decision["basis"]["measured"] == ["TP1 memory"] and decision["basis"]["predictedTiers"] == ["TP2", "TP4", "TP8"]
+    else:
+        assert fallback.startswith("TP1 measured outside its predicted band") and tp1["prediction"]["outsideBand"]
+        assert decision["basis"]["measured"] == ["TP1 memory"] and not decision["basis"].get("predictedTiers")
     assert poller.tiers_deployed(namespace, name) == {"tp1-pp1"}
 
     # (d) replicas for the example's peak of 500 concurrent requests, redundancy 1.3.
@@ -250,7 +261,8 @@ def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Cluster,
         "DecisionMade",
     ):
         assert reasons[reason] == 1, (reason, reasons)
-    assert reasons["TierSkipped"] == 0, reasons
+    assert reasons["TierSkipped"] == (0 if fallback is None else 3), reasons
+    assert reasons["PredictionMissed"] == (0 if fallback is None else 1), reasons
 
     # While it ran, the Current column named the tier; now the columns show the decision.
     assert any(s.get("currentTier") == "tp1-pp1" for s in poller.seen_statuses(name))
