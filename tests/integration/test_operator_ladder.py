@@ -355,7 +355,15 @@ def test_14b_on_pcie_l40s_keeps_tp1_when_tp2_loses_to_communication(large_and_pc
     assert "throughput-gain" not in (decision.get("rulesFired") or []), decision
     assert "memory-headroom" not in (decision.get("rulesFired") or [])
     check_step_rule(status, obj["spec"]["stopRules"])
-    assert tier(status, "tp4-pp1")["phase"] == "Skipped" and poller.tiers_deployed(namespace, name) == {"tp1-pp1", "tp2-pp1"}
+    # TP4 is never deployed: predict-first left it Predicted (its measurement cannot change the decision), or, after a
+    # fallback (a loaded machine can put a figure outside its band), the ladder stopped before it.
+    tp4 = tier(status, "tp4-pp1")
+    if status["prediction"].get("fallback") is None:
+        assert tp4["phase"] == "Predicted" and tp4["reason"].startswith("predicted, not measured"), tp4
+    else:
+        assert tp4["phase"] == "Skipped" and "not needed" in tp4["reason"], tp4
+    assert poller.tiers_deployed(namespace, name) == {"tp1-pp1", "tp2-pp1"}
+    assert {"TP1 memory", "TP1 -> TP2"} <= set(decision["basis"]["measured"]), decision["basis"]
     check_replicas(obj)
     check_recommendation(exps, namespace, name, obj)
     check_gpu_minutes(status)
