@@ -103,7 +103,6 @@ def main(argv: list[str] | None = None) -> int:
         KNEEPOINT_PROMETHEUS_URL=sandbox.prometheus_url,
         PYTHONUNBUFFERED="1",
     )
-    env.pop("KNEEPOINT_SANDBOX_PRETEND_SUMMARY", None)
     log_path = sandbox.paths.logs / "operator-agree.log"
     with open(log_path, "wb") as log:
         operator = subprocess.Popen(

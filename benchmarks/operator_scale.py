@@ -18,11 +18,13 @@ more with nothing to do:
   first child Deployment appearing in a watch.
 
 The stand-in (test-only, said in docs/performance.md): engines and load tests do not run as
-processes. The operator runs with ``KNEEPOINT_SANDBOX_PRETEND_SUMMARY`` set: its engine and
-load-test pods carry ``kneepoint.io/sandbox-pretend: "true"``, so KWOK's stages mark them
-Running/Ready and the Jobs' pods Succeeded, and each load-test pod's termination message is
-the fixed load-generator summary below (KWOK's pod-complete stage copies it from a pod
-annotation). Everything else is real: API server, scheduler over the fleet's nodes and GPUs,
+processes. Before the operator starts, this benchmark installs the API server's
+MutatingAdmissionPolicies of ``kneepoint.sandbox.pretend`` for its namespace: the operator's
+engine and load-test pods are labelled ``kneepoint.io/sandbox-pretend: "true"`` when created,
+so KWOK's stages mark them Running/Ready and the Jobs' pods Succeeded, and each load-test
+pod's termination message is the fixed load-generator summary below (KWOK's pod-complete
+stage copies it from the pod annotation the policy adds). The operator itself runs as in
+production, with no test-only setting. Everything else is real: API server, scheduler over the fleet's nodes and GPUs,
 controllers, Prometheus (queried; it has no series for pretend engines, so the operator
 waits ``KNEEPOINT_METRICS_DEADLINE_SECONDS`` and records the tier without them).
 
@@ -312,6 +314,32 @@ class FirstChildWatch(threading.Thread):
 # The run
 
 
+def install_pretend_policies(api: Any, namespace: str) -> None:
+    """Make the operator's engine and load-test pods in ``namespace`` pretend pods (see the module doc),
+    and wait until the API server applies the policies (a dry-run pod comes back marked)."""
+    from kubernetes import client, dynamic
+
+    from kneepoint.kube import naming
+    from kneepoint.sandbox import pretend
+
+    message = json.dumps(PRETEND_SUMMARY, separators=(",", ":"))
+    resources = dynamic.DynamicClient(api).resources
+    for obj in pretend.admission_policies(namespace, message, prefix=f"kneepoint-pretend-{namespace}"):
+        resources.get(api_version=obj["apiVersion"], kind=obj["kind"]).create(body=obj)
+    probe = {
+        "metadata": {"generateName": "pretend-probe-", "labels": {naming.LABEL_ROLE: naming.ROLE_LOADTEST}},
+        "spec": {"containers": [{"name": "probe", "image": "busybox"}]},
+    }
+    deadline = time.monotonic() + 30
+    while True:
+        meta = client.CoreV1Api(api).create_namespaced_pod(namespace, probe, dry_run="All").metadata
+        if (meta.labels or {}).get(pretend.PRETEND_LABEL) == "true" and pretend.PRETEND_MESSAGE_ANNOTATION in (meta.annotations or {}):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit("operator_scale: the pretend admission policies were not applied within 30 s")
+        time.sleep(0.5)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -358,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     namespace = f"scale-{int(time.time())}"
     core.create_namespace({"metadata": {"name": namespace}})
+    install_pretend_policies(api, namespace)
     watcher = FirstChildWatch(api, namespace)  # started before the baseline, so its own watch is not counted
     watcher.start()
     watcher.ready.wait()
@@ -375,7 +404,6 @@ def main(argv: list[str] | None = None) -> int:
         KNEEPOINT_METRICS_PORT=str(metrics_port),
         KNEEPOINT_METRICS_ADDRESS="127.0.0.1",
         PYTHONUNBUFFERED="1",
-        KNEEPOINT_SANDBOX_PRETEND_SUMMARY=json.dumps(PRETEND_SUMMARY, separators=(",", ":")),
     )
     log_path = sandbox.paths.logs / "operator-scale.log"
     sampler: ProcessSampler | None = None

@@ -133,6 +133,27 @@ def captures(only: set[str] | None) -> dict[str, dict]:
     return found
 
 
+def workload_key(config: dict) -> str:
+    """What makes two captures the same load for the spread column: API, concurrency, lengths (not the
+    seed or the request count)."""
+    return f"{config['api']} c{config['concurrency']} {config['inputLen']}/{config['outputLen']}"
+
+
+def real_spread(caps: dict[str, dict]) -> dict[str, dict[str, tuple[float, float, int]]]:
+    """Per workload and figure: (lowest, highest, number of captures) over real vLLM's own captures.
+    Real vLLM repeats some figures poorly (the waves at c128 are bistable; tests/data/vllm/README.md,
+    run 3): a figure whose own captures differ by more than the tolerance cannot be held to it."""
+    groups: dict[str, list[dict]] = {}
+    for cap in caps.values():
+        groups.setdefault(workload_key(cap["config"]), []).append(cap["summary"])
+    spread = {}
+    for key, summaries in groups.items():
+        spread[key] = {
+            fig: (min(float(s[fig]) for s in summaries), max(float(s[fig]) for s in summaries), len(summaries)) for _, fig in FIGURES
+        }
+    return spread
+
+
 def step_table() -> tuple[list[str], float]:
     from kneepoint.simulator.calibration import load_calibration
     from kneepoint.simulator.calibration_vllm import comparison_rows, load_compositions
@@ -156,8 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     only = {s for s in args.only.split(",") if s} or None
     caps = captures(only)
     print(f"engine flags: kneepoint sim {' '.join(engine_args(CAPTURE_MAX_NUM_SEQS))}")
-    lines = ["| capture | workload | figure | real vLLM | simulator | error |", "|---|---|---|---|---|---|"]
-    results, worst = {}, 0.0
+    spread = real_spread(captures(None))
+    lines = [
+        "| capture | workload | figure | real vLLM | simulator | error | real vLLM, every capture of the workload |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    results, worst, misses = {}, 0.0, []
     for name, cap in caps.items():
         c = cap["config"]
         sim = run_capture(name, cap, args.port, exe)
@@ -170,11 +195,19 @@ def main(argv: list[str] | None = None) -> int:
             worst = max(worst, abs(err))
             results[name]["real"][key], results[name]["sim"][key] = r, s
             fmt = "{:,.0f}" if key == "outputTokensPerSecond" else "{:,.1f}" if r >= 100 else "{:.2f}"
-            lines.append(f"| {name} | {workload} | {label} | {fmt.format(r)} | {fmt.format(s)} | {err:+.1%} |")
+            low, high, n = spread[workload_key(c)][key]
+            among = f"{fmt.format(low)} to {fmt.format(high)} ({n}, {high / low - 1:.0%} apart)" if n > 1 else ""
+            lines.append(f"| {name} | {workload} | {label} | {fmt.format(r)} | {fmt.format(s)} | {err:+.1%} | {among} |")
+            if abs(err) > args.tolerance:
+                own = f"; real vLLM's {n} captures of this workload differ by {high / low - 1:.0%}" if n > 1 else ""
+                misses.append(f"{name} {label}: {err:+.1%}{own}")
         print(lines[-len(FIGURES)], flush=True)
     print("\n" + "\n".join(lines))
     steps, worst_step = step_table()
     print("\n" + "\n".join(steps))
+    print(f"\n{len(misses)} of {len(FIGURES) * len(caps)} figures outside {args.tolerance:.0%}:")
+    for m in misses:
+        print(f"  {m}")
     print(f"\nworst end-to-end error {worst:.1%} (goal {args.tolerance:.0%}); worst decode step error {worst_step:.1%} (goal 5%)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")

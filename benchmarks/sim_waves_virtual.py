@@ -1,15 +1,18 @@
-"""TTFT under closed-loop waves on a virtual clock: the simulator's scheduler, step model and
-API-server intake, without HTTP, and a chosen delay between a finish and the next send.
+"""Every real capture's workload on a virtual clock: the simulator's scheduler, step model and
+API-server intake under the load generator's closed loop, without HTTP.
 
-docs/simulator.md ("c32 to c128") uses it to separate the model from the simulator's own
-HTTP turnaround on a busy machine: at 64 and 128 in flight the time to first token depends
-on whether a finishing cohort is done before its replacements reach the engine.
+`benchmarks/sim_vs_real_vllm.py` runs `kneepoint sim` in real time over HTTP, so on a busy
+machine its figures carry the simulator process's own turnaround (and at 128 in flight, a
+starved process's lost throughput); this replays the same model with none of that, so a change
+of the model can be judged on a loaded machine. Figures as the load generator computes them
+(percentiles: its numpy-linear rule), medians over --seeds step-noise seeds, beside real vLLM's.
 
-    .venv/bin/python benchmarks/sim_waves_virtual.py [--delay-ms 0.5 2 50] [--seeds 8]
+    .venv/bin/python benchmarks/sim_waves_virtual.py [--async] [--delay-ms 0] [--seeds 4] [--only r3-c64,c128]
 
-Each request's TTFT counts from its send (the delay before the send is the client's); the
-engine is `kneepoint sim`'s with the benchmark's flags (sim_vs_real_vllm.engine_args); the
-prompts are 1025 tokens (the simulator's count of the captures' 1024 words), 256 out.
+`--async` admits requests as vLLM 0.24's asynchronous scheduling does (`SchedulerConfig.
+async_scheduling`, off in `kneepoint sim`); `--delay-ms` adds a fixed delay between a finish and the next
+request's arrival at the API server. Each request's times count from its send; prompts are
+1025 tokens (the simulator's count of the captures' 1024 words), outputs as the capture's.
 """
 
 from __future__ import annotations
@@ -22,83 +25,115 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_vs_real_vllm import engine_args
+from sim_vs_real_vllm import FIGURES, captures, engine_args
 
+from kneepoint.loadgen.statistics import percentile_sorted
+from kneepoint.simulator.engine import SimulatorSettings
 from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig
 from kneepoint.simulator.virtual_tier import start_engine
 
-LOADS = ((128, 512, 64), (64, 256, 32), (32, 200, 10))  # concurrency, measured requests, warm-up (the captures')
-PROMPT, OUTPUT = 1025, 256
+PROMPT = 1025
 
 
-def run(concurrency: int, measured: int, warmup: int, delay: float, seed: int) -> tuple[float, float]:
-    """(TTFT P50 ms, TPOT mean ms) of the measured requests."""
-    settings = start_engine([*engine_args(128), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
-    assert settings is not None
+def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, async_scheduling: bool) -> dict[str, float]:
+    """The load generator's figures of one capture's first measured phase (after its warm-up)."""
+    concurrency, measured, warmup, output = config["concurrency"], config["numRequests"], config["warmupRequests"], config["outputLen"]
     now = [0.0]
-    config = SchedulerConfig(
+    sched_config = SchedulerConfig(
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         num_gpu_blocks=settings.num_gpu_blocks,
         max_model_len=settings.max_model_len,
+        async_scheduling=async_scheduling,
     )
-    sched = Scheduler(config, settings.perf.step_time, clock=lambda: now[0], noise=settings.noise, seed=seed)
+    sched = Scheduler(sched_config, settings.perf.step_time, clock=lambda: now[0], noise=settings.noise, seed=seed)
     intake_cost = settings.perf.calibration.serving.api_us_per_prompt_token * PROMPT * 1e-6
     intake_free = 0.0
-    arrivals: list[tuple[float, int]] = []  # (reaches the engine, index): the server.Engine.intake queue
+    arrivals: list[tuple[float, int]] = []  # (reaches the engine, index): the engine.Engine.intake queue
     starts: dict[int, float] = {}
     tokens: dict[int, list[float]] = {}
     done: list[int] = []
-    sent = 0
+    sent, limit = 0, warmup  # the phase's last index + 1
 
     def send(t: float) -> None:
         nonlocal sent, intake_free
-        if sent >= warmup + measured:
+        if sent >= limit:
             return
         index, sent = sent, sent + 1
-        starts[index], tokens[index] = t + delay, []
+        starts[index], tokens[index] = t, []
         intake_free = max(intake_free, t + delay) + intake_cost
         heapq.heappush(arrivals, (intake_free, index))
 
-    for _ in range(concurrency):
+    def drain(phase_end: int) -> None:
+        while len(done) < phase_end:
+            while arrivals and arrivals[0][0] <= now[0]:
+                at, index = heapq.heappop(arrivals)
+                sched.add_request(str(index), PROMPT, output, arrival_time=at)
+            step = sched.schedule(now[0])
+            if step is None:
+                now[0] = arrivals[0][0]
+                continue
+            end = now[0] + step.duration
+            outcome = sched.complete(step, end)
+            now[0] = end
+            for req in outcome.tokens:
+                tokens[int(req.request_id)].append(end)
+            for req in outcome.finished:
+                done.append(int(req.request_id))
+                send(end)
+
+    # The load generator's phases: the warm-up drained, then the measured phase from a full closed loop.
+    for _ in range(min(concurrency, warmup)):
         send(0.0)
-    while tokens.keys() - set(done):
-        while arrivals and arrivals[0][0] <= now[0]:
-            sched.add_request(str(heapq.heappop(arrivals)[1]), PROMPT, OUTPUT)
-        step = sched.schedule(now[0])
-        if step is None:
-            now[0] = arrivals[0][0]
-            continue
-        end = now[0] + step.duration
-        outcome = sched.complete(step, end)
-        now[0] = end
-        for req in outcome.tokens:
-            tokens[int(req.request_id)].append(end)
-        for req in outcome.finished:
-            done.append(int(req.request_id))
-            send(end)
-    kept = [i for i in done if i >= warmup]
-    ttft = statistics.median(tokens[i][0] - starts[i] for i in kept)
-    tpot = statistics.mean((tokens[i][-1] - tokens[i][0]) / (len(tokens[i]) - 1) for i in kept)
-    return ttft * 1e3, tpot * 1e3
+    if warmup:
+        drain(warmup)
+    limit = warmup + measured
+    for _ in range(concurrency):
+        send(now[0])
+    drain(warmup + measured)
+    kept = range(warmup, warmup + measured)
+    ttft = sorted((tokens[i][0] - starts[i]) * 1e3 for i in kept)
+    e2e = sorted((tokens[i][-1] - starts[i]) * 1e3 for i in kept)
+    tpot = [(tokens[i][-1] - tokens[i][0]) * 1e3 / (len(tokens[i]) - 1) for i in kept]
+    duration = max(tokens[i][-1] for i in kept) - min(starts[i] for i in kept)
+    return {
+        "outputTokensPerSecond": sum(len(tokens[i]) for i in kept) / duration,
+        "ttftP50Ms": percentile_sorted(ttft, 50),
+        "ttftP99Ms": percentile_sorted(ttft, 99),
+        "tpotMeanMs": statistics.fmean(tpot),
+        "latencyP50Ms": percentile_sorted(e2e, 50),
+        "latencyP99Ms": percentile_sorted(e2e, 99),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--delay-ms", type=float, nargs="+", default=[0.5, 2.0, 50.0])
-    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--async", dest="async_", action="store_true", help="vLLM 0.24's asynchronous scheduling")
+    parser.add_argument("--delay-ms", type=float, default=0.0)
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--tolerance", type=float, default=0.10)
     args = parser.parse_args()
-    print("| in flight | delay ms | TTFT P50 ms (min-max over seeds) | TPOT mean ms |")
-    print("|---|---|---|---|")
-    for concurrency, measured, warmup in LOADS:
-        for delay in args.delay_ms:
-            runs = [run(concurrency, measured, warmup, delay / 1e3, seed) for seed in range(args.seeds)]
-            ttfts = [r[0] for r in runs]
-            print(
-                f"| {concurrency} | {delay:g} | {statistics.median(ttfts):,.0f} ({min(ttfts):,.0f}-{max(ttfts):,.0f}) | "
-                f"{statistics.median(r[1] for r in runs):.1f} |",
-                flush=True,
-            )
+    settings = start_engine([*engine_args(128), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
+    assert settings is not None
+    only = {s for s in args.only.split(",") if s} or None
+    print(f"virtual clock, {'asynchronous' if args.async_ else 'synchronous'} scheduling, delay {args.delay_ms:g} ms, {args.seeds} seeds")
+    print("| capture | workload | figure | real vLLM | simulator (virtual) | error |")
+    print("|---|---|---|---|---|---|")
+    worst, outside = 0.0, 0
+    for name, cap in captures(only).items():
+        c = cap["config"]
+        if c["api"] != "completions" or c["inputLen"] != 1024:
+            continue  # the replay's prompts are the 1024-word completions of the sweep
+        runs = [run(settings, c, args.delay_ms / 1e3, seed, args.async_) for seed in range(args.seeds)]
+        for label, key in FIGURES:
+            real, sim = float(cap["summary"][key]), statistics.median(r[key] for r in runs)
+            err = sim / real - 1.0
+            worst, outside = max(worst, abs(err)), outside + (abs(err) > args.tolerance)
+            fmt = "{:,.0f}" if key == "outputTokensPerSecond" else "{:,.1f}" if real >= 100 else "{:.2f}"
+            workload = f"c{c['concurrency']} x{c['numRequests']}"
+            print(f"| {name} | {workload} | {label} | {fmt.format(real)} | {fmt.format(sim)} | {err:+.1%} |", flush=True)
+    print(f"\n{outside} figures outside {args.tolerance:.0%}; worst {worst:.1%}")
 
 
 if __name__ == "__main__":

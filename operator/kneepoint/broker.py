@@ -127,21 +127,23 @@ class WaitQueue:
     """Join order breaks ties of waitingSince (whole seconds): without it, experiments that
     started waiting in the same second were ordered by uid, and a later one overtook."""
 
-    def position(self, product: str, uid: str, since: str | None) -> int:
-        """Join (if not yet in it) and return the 1-based position."""
+    def join(self, product: str, uid: str, since: str | None) -> None:
+        """Join the product's queue (a no-op when already in it)."""
         queue = self.entries.setdefault(product, {})
         if uid not in queue:
             queue[uid] = (since or rfc3339(time.time()), next(self.joined))
-        ordered = sorted(queue.items(), key=lambda kv: kv[1])
-        return [u for u, _ in ordered].index(uid) + 1
 
-    def peek_position(self, product: str, uid: str) -> int | None:
-        """Position if ``uid`` were to join now (others already waiting go first)."""
+    def position(self, product: str, uid: str, since: str | None) -> int:
+        """Join (if not yet in it) and return the 1-based position."""
+        self.join(product, uid, since)
+        return self.peek_position(product, uid)
+
+    def peek_position(self, product: str, uid: str) -> int:
+        """The 1-based position; for ``uid`` not in the queue, the one it gets by joining now (others already waiting go first)."""
         queue = self.entries.get(product, {})
-        if uid in queue:
-            ordered = sorted(queue.items(), key=lambda kv: kv[1])
-            return [u for u, _ in ordered].index(uid) + 1
-        return len(queue) + 1 if queue else None
+        if uid not in queue:
+            return len(queue) + 1
+        return sorted(queue, key=queue.__getitem__).index(uid) + 1
 
     def leave(self, uid: str) -> None:
         for queue in self.entries.values():
@@ -248,16 +250,17 @@ class GpuBroker:
             elif action.node_name:
                 self.ledger.reserve(action.node_name, action.tier.gpus, f"{key}{action.tier.name}", now)
 
-    def hold_place(self, uid: str, product: str | None, waiting: bool, since: str | None) -> int | None:
-        """After a pass: keep (or join) the queue while a tier waits, else leave it; the place, or None."""
+    def hold_place(self, uid: str, product: str | None, waiting: bool, since: str | None) -> None:
+        """After a pass: keep (or join) the queue while a tier waits, else leave it.
+
+        The place itself is computed once, by :meth:`fleet` (the capacity check's read): the
+        core writes that one to status (``peek_position`` is the place joining gives)."""
         if not waiting:
             self.queue.leave(uid)
-            return None
-        if not product:
-            return None
-        # Join in the pass that starts the wait, not the next one: in between, others
-        # would peek an empty queue and overtake. Status shows the place at once too.
-        return self.queue.position(product, uid, since)
+        elif product:
+            # Join in the pass that starts the wait, not the next one: in between, others
+            # would peek without this experiment and overtake it.
+            self.queue.join(product, uid, since)
 
     async def fleet_lists(self, wait: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Every node and every pod holding resources, from the shared cache (see FleetCache).

@@ -208,9 +208,7 @@ class Reconciler:
         owner = manifests.Owner(name, namespace, uid)
         for action in step.actions:
             new_status = await self._apply(action, spec, owner, new_status, obs)
-        position = self.broker.hold_place(uid, obs.gpu_product, is_waiting_for_gpus(new_status), new_status.waiting_since)
-        if position is not None:
-            new_status = dataclasses.replace(new_status, queue_position=position)
+        self.broker.hold_place(uid, obs.gpu_product, is_waiting_for_gpus(new_status), new_status.waiting_since)
         step = dataclasses.replace(step, status=new_status)
         await self._write(body, old_json, step)
         if new_status.phase != derive_phase(status.conditions):
@@ -487,7 +485,6 @@ class Reconciler:
             architecture=obs.architecture,
             gpu_product=obs.gpu_product or spec.placement.gpu_product,
             require_nvlink=obs.require_nvlink,
-            pretend_termination_message=self.settings.sandbox_pretend_termination_message,
         )
         if isinstance(action, EnsureEngine):
             selectors = dict(obs.product_selectors)
@@ -502,11 +499,13 @@ class Reconciler:
                 await self._ensure_group(action, spec, owner, build, obs)
                 return status
             await self.writer.create(
-                manifests.build_engine_deployment(spec, owner, action.tier, build, action.node_name, action.interconnect)
+                manifests.build_engine_deployment(
+                    spec, owner, action.tier, build, action.node_name, action.interconnect, max_num_seqs=action.max_num_seqs
+                )
             )
             await self.writer.create(manifests.build_engine_service(spec, owner, action.tier))
         elif isinstance(action, EnsureLoadTest):
-            await self.writer.create(manifests.build_load_test_job(spec, owner, action.tier, action.attempt, build))
+            await self.writer.create(manifests.build_load_test_job(spec, owner, action.tier, action.attempt, build, action.search))
         elif isinstance(action, DeleteTier):
             await self.writer.delete_tier(owner.name, owner.namespace, action.tier, action.keep_engine)
         elif isinstance(action, DeleteAllChildren):

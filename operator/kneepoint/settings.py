@@ -51,10 +51,6 @@ class OperatorSettings:
     """Port of the operator's own /metrics (0 disables)."""
     metrics_address: str = "127.0.0.1"
     """Address /metrics listens on (KNEEPOINT_METRICS_ADDRESS); the chart sets the pod IP from the downward API."""
-    sandbox_pretend_termination_message: str | None = None
-    """Test-only, for the sandbox's operator-scale benchmark (KNEEPOINT_SANDBOX_PRETEND_SUMMARY): engine and
-    load-test pods are labelled for KWOK to pretend-run them, and each load-test pod ends with this text (a
-    load-generator summary) as its termination message. Never set it on a real cluster."""
 
     @classmethod
     def from_env(cls, **overrides: object) -> OperatorSettings:
@@ -76,7 +72,6 @@ class OperatorSettings:
             "metrics_address": os.environ.get("KNEEPOINT_METRICS_ADDRESS", cls.metrics_address),
             "fleet_cache_seconds": _env_float("KNEEPOINT_FLEET_CACHE_SECONDS", cls.fleet_cache_seconds),
             "api_threads": int(os.environ.get("KNEEPOINT_API_THREADS", cls.api_threads)),
-            "sandbox_pretend_termination_message": os.environ.get("KNEEPOINT_SANDBOX_PRETEND_SUMMARY") or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -111,7 +111,7 @@ def test_printer_columns(crd: dict[str, Any], schema: dict[str, Any]) -> None:
         "type": "number",
         "jsonPath": ".status.gpuMinutesTotal",
         "priority": 1,
-        "description": "GPU-minutes spent by all tiers.",
+        "description": "GPU-minutes spent by all tiers and the concurrency search.",
     }
     assert by_name["Age"]["type"] == "date"
     for column in columns:

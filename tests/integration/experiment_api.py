@@ -36,6 +36,9 @@ from kneepoint.kube.naming import GROUP, KIND, LABEL_EXPERIMENT, LABEL_ROLE, LAB
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 CHILD_KINDS = ("deployments", "services", "jobs", "pods", "configmaps")
 
+NO_SEARCH: dict[str, Any] = {"concurrencySearch": {"enabled": False}}
+"""capacity override for tests of other things on deploy/examples/experiment.yaml, whose concurrency search is on."""
+
 # A tier takes about 15 s in the sandbox (2 s model load, a load test of a few seconds, the
 # operator's 5 s Prometheus settle time). The load is sized so each test lasts a few
 # seconds: shorter ones leave the counter queries with a single sample.

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from experiment_api import Cluster, condition, experiment, tier
+from experiment_api import Cluster, condition, example_spec, experiment, tier
 from fault_harness import ChildLedger, FaultLog
 
 GPU = "nvidia.com/gpu"
@@ -247,3 +247,50 @@ def test_sigkill_storm_at_random_moments_through_a_three_tier_ladder(sandbox: An
     for seen in kills:
         FaultLog().record("operator-sigkill-storm", "SIGKILL at a random moment", True, status_at_kill=seen)
     print("storm kills at:", kills)
+
+
+def test_sigkill_during_the_concurrency_search_repeats_no_point(sandbox: Any, operator: Any, namespace: str, cluster: Cluster) -> None:
+    """The example's concurrency search, the operator killed while its engine starts and while a point runs: the
+    restarted operator finds the engine and the point's Job by name (status.concurrencySearch) and repeats nothing."""
+    name = f"kill-search-{uuid.uuid4().hex[:5]}"
+    spec = example_spec(
+        "experiment.yaml",
+        load={"concurrency": 16, "numRequests": 64, "inputLen": 512, "outputLen": 128, "repeats": 1, "warmupRequests": 2},
+        capacity={"concurrencySearch": {"maxConcurrency": 128}},
+    )
+
+    def search_state(s: dict[str, Any]) -> tuple[str | None, int]:
+        search = s.get("concurrencySearch") or {}
+        return search.get("phase"), len(search.get("points") or [])
+
+    with ChildLedger(cluster.api, {namespace}) as ledger:
+        cluster.create(experiment(name, namespace, base=spec))
+        cluster.wait(namespace, name, lambda s: search_state(s)[0] == "Deploying", 150, "search Deploying", interval=0.1)
+        operator.kill()
+        operator.start()
+        cluster.wait(
+            namespace,
+            name,
+            lambda s: search_state(s) == ("LoadTesting", 2) or s.get("phase") == "Decided",
+            150,
+            "second point",
+            interval=0.1,
+        )
+        operator.kill()
+        operator.start()
+        final = cluster.wait(namespace, name, lambda s: s.get("phase") == "Decided", 240, "Decided", interval=0.2)
+
+    decision = final["decision"]
+    assert decision["perReplicaConcurrencySource"] == "searched" and len(decision["concurrencyCurve"]) >= 4
+    points = [p["concurrency"] for p in final["concurrencySearch"]["points"]]
+    assert len(points) == len(set(points)), points
+    jobs = sorted(ledger.created("Job", namespace))
+    search_jobs = [j for j in jobs if "-load1" in j and not j.endswith("-load1")]
+    # One Job per searched point (load101, load102, ...), none created twice.
+    assert len(search_jobs) == len(points) - 1, (jobs, points)
+    # The tier's engine twice (the ladder's, then the search's with a larger --max-num-seqs), nothing else, no third.
+    engine = f"{namespace}/{name}-tp1-pp1"
+    twice = ledger.duplicates(namespace=namespace)
+    assert set(twice) <= {f"Deployment {engine}", f"Service {engine}"} and all(len(u) == 2 for u in twice.values()), twice
+    left = cluster.workload_names(namespace, name)
+    assert left == {"deployments": [], "services": [], "jobs": [], "pods": []}, left

@@ -173,8 +173,13 @@ def test_operator_with_only_its_service_account_runs_an_experiment_and_never_sho
         op.start()
         try:
             cluster.create(experiment(stray, install.other, {"tiers": {"tensorParallel": [1]}}))
-            cluster.create(experiment(name, install.team, {
-                "tiers": {"tensorParallel": [1]}, "model": {"hubTokenSecretRef": {"name": "hf-token", "key": "token"}}}))  # fmt: skip
+            cluster.create(
+                experiment(
+                    name,
+                    install.team,
+                    {"tiers": {"tensorParallel": [1]}, "model": {"hubTokenSecretRef": {"name": "hf-token", "key": "token"}}},
+                )
+            )
             # The engine gets the token by reference: find it in the engine process's environment.
             cluster.wait(
                 install.team,

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import OperatorProcess
-from experiment_api import ChildPoller, Cluster, condition, example_spec, experiment, tier
+from experiment_api import NO_SEARCH, ChildPoller, Cluster, condition, example_spec, experiment, tier
 
 SMALL_8B_LOAD = {"concurrency": 16, "numRequests": 64, "inputLen": 512, "outputLen": 128, "repeats": 1, "warmupRequests": 2}
 SMALL_70B_LOAD = {"concurrency": 32, "numRequests": 64, "inputLen": 512, "outputLen": 128, "repeats": 1, "warmupRequests": 4}
@@ -177,6 +177,7 @@ def test_two_experiments_on_one_node_never_overcommit_and_both_finish(exps: Clus
         load=SMALL_8B_LOAD,
         tiers={"tensorParallel": [4, 8]},
         placement={"nodeSelector": {"kubernetes.io/hostname": node}},
+        capacity=NO_SEARCH,
     )
     names = ("first", "second")
     with ChildPoller(exps, [(namespace, n) for n in names], interval=0.2) as poller:
@@ -201,7 +202,9 @@ def test_two_experiments_on_one_node_never_overcommit_and_both_finish(exps: Clus
 def test_spec_change_restarts_or_re_decides(exps: Cluster, namespace: str) -> None:
     name = "llama-8b-changed"
     # One tier, and memoryHeadroom 0.05 so that the memory rule does not fire: decided by only-tier.
-    spec = example_spec("experiment.yaml", load=SMALL_8B_LOAD, tiers={"tensorParallel": [1]}, stopRules={"memoryHeadroom": 0.05})
+    spec = example_spec(
+        "experiment.yaml", load=SMALL_8B_LOAD, tiers={"tensorParallel": [1]}, stopRules={"memoryHeadroom": 0.05}, capacity=NO_SEARCH
+    )
     exps.create(experiment(name, namespace, base=spec))
     before = exps.wait_tier_phase(namespace, name, "tp1-pp1", "LoadTesting", 120)
 

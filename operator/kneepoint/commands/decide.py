@@ -23,7 +23,7 @@ from typing import Any
 import click
 import yaml
 
-from kneepoint.commands.experiment_source import InputError, LoadedExperiment, read_file
+from kneepoint.commands.experiment_source import InputError, LoadedExperiment, read_file, status_search
 from kneepoint.core.apifields import to_json
 from kneepoint.core.decision import STATE_DECIDED, DecisionOutcome, decide
 from kneepoint.core.record_table import format_decision, format_record_table
@@ -93,7 +93,7 @@ def command(file: str | None, output: str, budget_stopped: bool) -> None:
         _fail("FILE: missing; expected a ParallelismExperiment YAML/JSON file or a CSV of tier rows")
     try:
         data = read_file(file)
-        outcome = decide(data.spec, data.tiers, budget_stopped=budget_stopped)
+        outcome = decide(data.spec, data.tiers, budget_stopped=budget_stopped, search=status_search(data))
     except InputError as err:
         _fail(str(err))
     except ValueError as err:  # tiers out of ladder order

@@ -30,7 +30,7 @@ import yaml
 from kneepoint.core.apifields import from_json, json_name, unwrap_optional
 from kneepoint.core.rule_names import RULES
 from kneepoint.core.spec import ExperimentSpec, ModelSpec, SpecError, parse_spec
-from kneepoint.core.status import TIER_MEASURED, TIER_PENDING, TIER_PHASES, Decision, Recommendation, TierResult
+from kneepoint.core.status import TIER_MEASURED, TIER_PENDING, TIER_PHASES, ConcurrencySearch, Decision, Recommendation, TierResult
 from kneepoint.core.tiers import Tier, build_ladder, parse_tier_name
 from kneepoint.kube.naming import API_VERSION, GROUP, KIND
 
@@ -341,6 +341,17 @@ def _check_whole(data: Mapping[str, Any], key: str, where: str, minimum: int = 1
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InputError(f"{where}.{key}: expected a whole number of at least {minimum}, got {value!r}")
+
+
+def status_search(experiment: LoadedExperiment) -> ConcurrencySearch | None:
+    """status.concurrencySearch as written by the operator (its points give the searched per-replica concurrency)."""
+    raw = experiment.status.get("concurrencySearch")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("points", []), list):
+        raise InputError(f"{experiment.where}: status.concurrencySearch: expected a mapping with a list of points")
+    search: ConcurrencySearch | None = from_json(ConcurrencySearch, raw)
+    return search
 
 
 def status_decision(experiment: LoadedExperiment) -> Decision | None:

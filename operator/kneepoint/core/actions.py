@@ -25,6 +25,16 @@ class EnsureEngine:
     """Pods of one replica: above 1 the engine is a LeaderWorkerSet group (PP across nodes), not a Deployment."""
     node_names: tuple[str, ...] = ()
     """Nodes the capacity check found for a group's pods (GPU reservations until the pods are bound)."""
+    max_num_seqs: int | None = None
+    """--max-num-seqs other than the spec's: the concurrency search's engine, so it can go above load.concurrency."""
+
+
+@dataclass(frozen=True)
+class SearchLoad:
+    """One point of the concurrency search: the same workload at another concurrency, one repeat, no profiled slice."""
+
+    concurrency: int
+    num_requests: int
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,8 @@ class EnsureLoadTest:
 
     tier: Tier
     attempt: int
+    search: SearchLoad | None = None
+    """A short load test of the concurrency search instead of the ladder's."""
 
 
 @dataclass(frozen=True)

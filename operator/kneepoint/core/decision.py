@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from kneepoint.core import concurrency_search
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.prediction import decision_basis, decision_view
 from kneepoint.core.record_table import format_comparison_line, format_go_on, format_memory_line, format_stay, format_tier_line
@@ -37,6 +38,7 @@ from kneepoint.core.status import (
     TIER_PREDICTED,
     TIER_SKIPPED,
     TIER_WAITING,
+    ConcurrencySearch,
     Decision,
     TierResult,
 )
@@ -146,14 +148,18 @@ def _unique_in_rule_order(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(r for r in RULES if r in seen)
 
 
-def decide(spec: ExperimentSpec, tiers: Sequence[TierResult], *, budget_stopped: bool = False) -> DecisionOutcome:
+def decide(
+    spec: ExperimentSpec, tiers: Sequence[TierResult], *, budget_stopped: bool = False, search: ConcurrencySearch | None = None
+) -> DecisionOutcome:
     """Decide the tier (or "continue") from the ladder's results.
 
     ``tiers`` holds one entry per ladder tier in ladder order, as ``status.tiers`` does
     (a tier the list lacks is unknown here). ``budget_stopped`` says the operator ended
     the ladder for its budget: then, if no stop rule fired, the last measured tier is
-    decided with rule ``budget`` instead of waiting for the rest. Raises ValueError when
-    the tiers are not in ladder order.
+    decided with rule ``budget`` instead of waiting for the rest. ``search``: the
+    concurrency search (status.concurrencySearch); once Finished on the decided tier, its
+    result is the per-replica concurrency (source searched). Raises ValueError when the
+    tiers are not in ladder order.
     """
     tiers = tuple(tiers)
     _check_ladder_order(tiers)
@@ -255,9 +261,14 @@ def decide(spec: ExperimentSpec, tiers: Sequence[TierResult], *, budget_stopped:
         fired = ()
         reason_lines = [last_line, format_stay(tier_label(decided), rule)]
 
-    plan = plan_capacity(decided, spec.capacity, spec.load.concurrency, spec.peak_concurrency)
+    searched = concurrency_search.searched_plan(spec, decided, search) if search is not None else None
+    plan = searched or plan_capacity(decided, spec.capacity, spec.load.concurrency, spec.peak_concurrency)
     if plan.source != SOURCE_MEASURED:
         reason_lines.append(plan.explanation)
+    curve = concurrency_search.curve(spec, search, decided)
+    at_plan = next((pt for pt in curve or () if pt.concurrency == plan.per_replica_concurrency), None) if searched else None
+    tokens = at_plan.output_tokens_per_second if at_plan is not None else decided.output_tokens_per_second
+    alternatives = concurrency_search.ranked_alternatives(spec, filled, decided, plan, tokens)
     unevaluated = _unique_in_rule_order([v.rule for v in considered if v.fired is None])
     simulated = any(t.simulated for t in filled if t.phase == TIER_MEASURED)
     decision = Decision(
@@ -271,6 +282,8 @@ def decide(spec: ExperimentSpec, tiers: Sequence[TierResult], *, budget_stopped:
         classification=classify(filled, decided, plan),
         per_replica_concurrency=plan.per_replica_concurrency,
         per_replica_concurrency_source=plan.source,
+        concurrency_curve=curve,
+        alternatives=alternatives or None,
         slo_met=plan.slo_met,
         cost_per_million_tokens=_rounded(plan.cost_per_million_tokens),
         total_gpus=plan.total_gpus,

@@ -17,6 +17,9 @@ Tier lifecycle::
 
     Pending -> (Waiting) -> Deploying -> LoadTesting -> Collecting -> Measured
         \\-> Skipped (estimate: does not fit; ladder stopped; budget)   \\-> Failed
+
+With spec.capacity.concurrencySearch on, the decision waits for the concurrency search on the
+decided tier (:mod:`kneepoint.core.concurrency_search`), which runs once no tier is current.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import replace
 
 from kneepoint.core import reasons
 from kneepoint.core.actions import EventRecord
+from kneepoint.core.concurrency_search import is_searching, search_step
 from kneepoint.core.gpus import GIB
 from kneepoint.core.ladder_finish import finish
 from kneepoint.core.ladder_passes import needed_memory_fields, tier_collecting, tier_deploying, tier_load_testing, tier_pending
@@ -143,7 +147,10 @@ def reconcile_step(
 
     current = current_tier(p.status)
     if current is None:
-        finish(p, budget_stopped=False)
+        if is_searching(p.status.concurrency_search):
+            search_step(p, lambda q, budget_stopped: finish(q, budget_stopped=budget_stopped))
+        else:
+            finish(p, budget_stopped=False)
         return p.step()
 
     p.status = replace(p.status, current_tier=current.name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kneepoint.core import reasons
+from kneepoint.core import concurrency_search, reasons
 from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, PublishRecommendation
 from kneepoint.core.decision import decide
 from kneepoint.core.ladder_state import (
@@ -77,10 +77,21 @@ def decide_or_continue(p: Pass) -> None:
 
 
 def finish(p: Pass, budget_stopped: bool) -> None:
-    """The ladder is over (remaining tiers already Skipped): write the decision or why there is none."""
-    outcome = decide(p.spec, p.status.tiers, budget_stopped=budget_stopped)
+    """The ladder is over (remaining tiers already Skipped): write the decision or why there is none.
+
+    With spec.capacity.concurrencySearch on, the first call opens the search on the decided tier
+    (kneepoint.core.concurrency_search) and the decision is written when the search calls back."""
+    outcome = decide(p.spec, p.status.tiers, budget_stopped=budget_stopped, search=p.status.concurrency_search)
     p.status = replace(p.status, tiers=tuple(outcome.tiers), current_tier=None, waiting_for=None, queue_position=None)
     decision = outcome.decision
+    if decision is not None and p.status.concurrency_search is None:
+        decided = p.status.tier(Tier(decision.tensor_parallel, decision.pipeline_parallel).name)
+        if concurrency_search.wants_search(p.spec, decided) and decided is not None:
+            concurrency_search.start_search(p, decided, budget_stopped)
+            if concurrency_search.is_searching(p.status.concurrency_search):
+                return
+            outcome = decide(p.spec, p.status.tiers, budget_stopped=budget_stopped, search=p.status.concurrency_search)
+            decision = outcome.decision
     p.progressed = True
     if decision is None:
         why = outcome.message or "no tier could be measured"

@@ -9,7 +9,7 @@ from kneepoint.core.actions import DeleteAllChildren, PublishRecommendation
 from kneepoint.core.decision import decide
 from kneepoint.core.ladder_state import ACTIVE_TIER_PHASES, Pass, tier_of
 from kneepoint.core.predict_first import reopen_for_rule_change
-from kneepoint.core.status import ExperimentStatus
+from kneepoint.core.status import SEARCH_FINISHED, ExperimentStatus
 from kneepoint.core.tiers import Tier
 from kneepoint.core.timestamps import parse_rfc3339
 
@@ -30,6 +30,11 @@ def restart_for_spec_change(p: Pass, spec_hash: str, after_failure: bool = False
         started = parse_rfc3339(t.started_at)
         if t.phase in ACTIVE_TIER_PHASES and started is not None:
             in_progress += max(0.0, p.obs.now - started) / 60.0 * tier_of(t).gpus
+    search = p.status.concurrency_search
+    searched = p.status.tier(search.tier) if search is not None and search.phase != SEARCH_FINISHED else None
+    search_started = parse_rfc3339(search.started_at) if search is not None else None
+    if searched is not None and search_started is not None:
+        in_progress += max(0.0, p.obs.now - search_started) / 60.0 * tier_of(searched).gpus
     p.status = ExperimentStatus(
         conditions=tuple(c for c in p.status.conditions if c.type == reasons.ACCEPTED),
         gpu_minutes_total=round((p.status.gpu_minutes_total or 0.0) + in_progress, 3),
@@ -47,7 +52,7 @@ def redecide_after_rule_change(p: Pass) -> None:
         return
     old = p.status.decision
     # A ladder the budget ended stays ended: re-deciding must not turn it into last-tier.
-    outcome = decide(p.spec, p.status.tiers, budget_stopped=bool(old and old.rule == stop_rules.BUDGET))
+    outcome = decide(p.spec, p.status.tiers, budget_stopped=bool(old and old.rule == stop_rules.BUDGET), search=p.status.concurrency_search)
     if outcome.decision is None:
         return
     decision = replace(outcome.decision, simulated=True) if p.spec.mode == "Simulate" else outcome.decision

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kneepoint.core.concurrency_search import is_searching
 from kneepoint.core.ladder import LadderSettings, current_tier, group_size, ladder_tiers, recorded_gpu_product, tier_of
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import (
+    SEARCH_DEPLOYING,
+    SEARCH_PENDING,
     TIER_COLLECTING,
     TIER_DEPLOYING,
     TIER_LOAD_TESTING,
@@ -118,6 +121,8 @@ def needs(spec: ExperimentSpec, status: ExperimentStatus, settings: LadderSettin
         # Predict-first in Measure mode only: in Simulate mode the measurement is the simulator itself.
         prediction=PredictionNeed(tuple(ladder_tiers(spec))) if (planning and measure and spec.plan.predict_first) else None,
     )
+    if current is None and not planning:
+        return _search_needs(spec, status, out)
     if current is None or tier is None:
         return out
     engine = EngineNeed(tier, group) if phase in (TIER_DEPLOYING, TIER_LOAD_TESTING) else None
@@ -132,3 +137,20 @@ def needs(spec: ExperimentSpec, status: ExperimentStatus, settings: LadderSettin
         if start is not None and end is not None:
             metrics = MetricsNeed(tier, start, end, end + settings.metrics_settle_seconds, traced=not current.multi_node)
     return replace(out, engine=engine, load_test=load_test, metrics=metrics, scrape_check=scrape)
+
+
+def _search_needs(spec: ExperimentSpec, status: ExperimentStatus, out: Needs) -> Needs:
+    """The concurrency search on the decided tier (kneepoint.core.concurrency_search): its engine, its GPUs, its point."""
+    search = status.concurrency_search
+    result = status.tier(search.tier) if search is not None and is_searching(search) else None
+    if search is None or result is None:
+        return out
+    tier = tier_of(result)
+    measure = spec.mode == "Measure"
+    engine = EngineNeed(tier, group=False)
+    if search.phase == SEARCH_PENDING:
+        # The ladder's engine of the tier must be gone first; then GPUs, as for any tier placed.
+        return replace(out, engine=engine, fleet=measure, capacity=CapacityNeed(tier, join_queue=False) if measure else None)
+    if search.phase == SEARCH_DEPLOYING:
+        return replace(out, engine=engine)
+    return replace(out, engine=engine, load_test=LoadTestNeed(tier, search.attempt or 1))

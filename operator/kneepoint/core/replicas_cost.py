@@ -19,6 +19,7 @@ from kneepoint.core.status import TierResult
 SOURCE_MEASURED = "measured"
 SOURCE_ESTIMATED = "estimated"
 SOURCE_UNCHECKED = "unchecked"
+SOURCE_SEARCHED = "searched"
 
 ROUNDING_TOLERANCE = 1e-9
 """Products within this of an integer are that integer before rounding up or down."""
@@ -68,7 +69,7 @@ class CapacityPlan:
     """What the decided tier means at peak load."""
 
     per_replica_concurrency: int
-    source: str  # measured | estimated | unchecked
+    source: str  # measured | estimated | unchecked | searched
     slo_met: bool | None  # None when no SLO is set or a set objective could not be checked
     slo_missed: bool  # True only when a set objective was measured above its limit
     replicas: int
@@ -79,11 +80,16 @@ class CapacityPlan:
 
 def check_slo(tier: TierResult, slo: SloSpec) -> SloCheck:
     """Compare the tier's TTFT P95 and latency P99 with the objectives that are set."""
+    return check_slo_figures(tier.ttft_p95_ms, tier.latency_p99_ms, slo)
+
+
+def check_slo_figures(ttft_p95_ms: float | None, latency_p99_ms: float | None, slo: SloSpec) -> SloCheck:
+    """The same check on bare figures (a point of the concurrency search)."""
     objectives = []
     if slo.ttft_p95_ms is not None:
-        objectives.append(SloObjective("ttftP95Ms", float(slo.ttft_p95_ms), tier.ttft_p95_ms))
+        objectives.append(SloObjective("ttftP95Ms", float(slo.ttft_p95_ms), ttft_p95_ms))
     if slo.latency_p99_ms is not None:
-        objectives.append(SloObjective("latencyP99Ms", float(slo.latency_p99_ms), tier.latency_p99_ms))
+        objectives.append(SloObjective("latencyP99Ms", float(slo.latency_p99_ms), latency_p99_ms))
     return SloCheck(tuple(objectives))
 
 
@@ -135,20 +141,46 @@ def plan_capacity(tier: TierResult, capacity: CapacitySpec, load_concurrency: in
     """Per-replica concurrency, replicas, total GPUs and cost for the decided tier."""
     check = check_slo(tier, capacity.slo)
     per_replica, source, text = per_replica_concurrency(load_concurrency, check)
+    return sized_plan(
+        tier.gpus,
+        capacity,
+        peak_concurrency,
+        per_replica,
+        source,
+        text,
+        slo_met=check.met if check.objectives else None,
+        slo_missed=bool(check.missed),
+        output_tokens_per_second=tier.output_tokens_per_second,
+    )
+
+
+def sized_plan(
+    gpus: int,
+    capacity: CapacitySpec,
+    peak_concurrency: int,
+    per_replica: int,
+    source: str,
+    text: str,
+    *,
+    slo_met: bool | None,
+    slo_missed: bool,
+    output_tokens_per_second: float | None,
+) -> CapacityPlan:
+    """The plan for one per-replica concurrency (however it was found): replicas, GPUs, cost, the formula in words."""
     replicas = replicas_needed(peak_concurrency, per_replica, capacity.redundancy_factor)
     base = -(-peak_concurrency // per_replica)
     text += (
         f"; replicas = ceil(ceil({peak_concurrency} / {per_replica}) x {capacity.redundancy_factor:g}) = "
-        f"ceil({base} x {capacity.redundancy_factor:g}) = {replicas}; {replicas} x {tier.gpus} GPU{'s' if tier.gpus != 1 else ''} "
-        f"= {replicas * tier.gpus} GPU{'s' if replicas * tier.gpus != 1 else ''}"
+        f"ceil({base} x {capacity.redundancy_factor:g}) = {replicas}; {replicas} x {gpus} GPU{'s' if gpus != 1 else ''} "
+        f"= {replicas * gpus} GPU{'s' if replicas * gpus != 1 else ''}"
     )
     return CapacityPlan(
         per_replica_concurrency=per_replica,
         source=source,
-        slo_met=check.met if check.objectives else None,
-        slo_missed=bool(check.missed),
+        slo_met=slo_met,
+        slo_missed=slo_missed,
         replicas=replicas,
-        total_gpus=replicas * tier.gpus,
-        cost_per_million_tokens=cost_per_million_tokens(capacity.gpu_hourly_cost, tier.gpus, tier.output_tokens_per_second),
+        total_gpus=replicas * gpus,
+        cost_per_million_tokens=cost_per_million_tokens(capacity.gpu_hourly_cost, gpus, output_tokens_per_second),
         explanation=text,
     )

@@ -229,6 +229,34 @@ class TiersSpec:
     )
 
 
+ADAPTIVE_RELATIVE_PRECISION = 0.05
+"""Half of the smallest default stop-rule threshold (maxP99Degradation 0.10): a P99 known to +-5 % tells a 10 %
+degradation apart; throughput gets the same bound (minThroughputGain is 0.20). kneepoint loadgen's default too."""
+ADAPTIVE_CONFIDENCE = 0.95
+ADAPTIVE_MIN_REQUESTS = 100
+
+
+@dataclass(frozen=True)
+class AdaptiveLoadSpec:
+    """Adaptive stop of each measured repeat (kneepoint loadgen --adaptive; the method is in docs/loadgen.md)."""
+
+    enabled: bool = api_field(
+        "Stop a repeat before numRequests once output throughput and the end-to-end P99 are both known to relativePrecision "
+        "at confidence (never more requests than numRequests). Off by default: the distribution-free P99 interval needs "
+        "368 completed requests at 95 % confidence, more than the default numRequests of 200.",
+        default=False,
+    )
+    relative_precision: float = api_field(
+        "Largest relative half-width of both intervals (throughput: batch means; P99: order statistics).",
+        default=ADAPTIVE_RELATIVE_PRECISION,
+        minimum=0.0,
+        exclusive_minimum=True,
+        maximum=0.5,
+    )
+    confidence: float = api_field("Confidence of both intervals.", default=ADAPTIVE_CONFIDENCE, minimum=0.5, maximum=0.999)
+    min_requests: int = api_field("Completed requests a repeat needs before it may stop.", default=ADAPTIVE_MIN_REQUESTS, minimum=1)
+
+
 @dataclass(frozen=True)
 class LoadSpec:
     """The fixed workload every tier is load-tested with (closed loop at fixed concurrency)."""
@@ -245,6 +273,9 @@ class LoadSpec:
         "A load test with a larger fraction of failed requests is retried, then the tier fails.", default=0.05, minimum=0.0, maximum=1.0
     )
     max_attempts: int = api_field("Load-test attempts per tier before the tier is Failed.", default=2, minimum=1, maximum=10)
+    adaptive: AdaptiveLoadSpec = api_field(
+        "Stop each repeat once throughput and P99 are known well enough (at most numRequests).", default_factory=AdaptiveLoadSpec
+    )
 
 
 @dataclass(frozen=True)
@@ -290,6 +321,39 @@ class SloSpec:
 
 
 @dataclass(frozen=True)
+class ConcurrencySearchSpec:
+    """After the decision: the largest per-replica concurrency the decided tier serves within the SLO, searched."""
+
+    enabled: bool = api_field(
+        "Run the concurrency search on the decided tier's engine after the ladder (docs/decision.md, \"Concurrency "
+        'search"); off: the per-replica concurrency is the load-test concurrency, or its linear estimate on a miss.',
+        default=False,
+    )
+    tolerance: float = api_field(
+        "The search stops when the largest concurrency that met every SLO objective and the smallest that missed one "
+        "differ by at most this fraction of the former (and at least 1).",
+        default=0.1,
+        exclusive_minimum=True,
+        minimum=0.0,
+        maximum=1.0,
+    )
+    knee_gain: float = api_field(
+        "Without an SLO the search finds the throughput knee: the concurrency past which doubling it gains less than this "
+        "fraction of output throughput.",
+        default=0.1,
+        exclusive_minimum=True,
+        minimum=0.0,
+        maximum=10.0,
+    )
+    max_concurrency: int | None = api_field(
+        "Highest concurrency the search tries (the search engine's --max-num-seqs); default: vLLM's KV pool / "
+        "(inputLen + outputLen), at most 1024.",
+        default=None,
+        minimum=1,
+    )
+
+
+@dataclass(frozen=True)
 class CapacitySpec:
     """How the decided tier turns into a replica count and a cost."""
 
@@ -306,6 +370,9 @@ class CapacitySpec:
     gpu_hourly_cost: float = api_field("Cost of one GPU-hour, in any currency; 0 leaves cost out.", default=0.0, minimum=0.0)
     min_replicas: int = api_field(
         "minReplicas of the KServe recommendation (off-peak floor); maxReplicas is the computed replica count.", default=1, minimum=0
+    )
+    concurrency_search: ConcurrencySearchSpec = api_field(
+        "The per-replica concurrency search on the decided tier.", default_factory=ConcurrencySearchSpec
     )
 
 

@@ -43,6 +43,15 @@ PEAK_MEMORY_FROM_ESTIMATE = "estimate"
 PEAK_MEMORY_SOURCES = (PEAK_MEMORY_FROM_VLLM, PEAK_MEMORY_FROM_ESTIMATE)
 CLASSIFICATIONS = ("single-gpu-enough", "does-not-fit", "cannot-keep-up")
 
+# Where decision.perReplicaConcurrency comes from (replicas_cost names the same values).
+CONCURRENCY_SOURCES = ("measured", "estimated", "unchecked", "searched")
+# Phases of the concurrency search on the decided tier.
+SEARCH_PENDING = "Pending"  # waiting for the tier's GPUs (Measure mode)
+SEARCH_DEPLOYING = "Deploying"
+SEARCH_LOAD_TESTING = "LoadTesting"
+SEARCH_FINISHED = "Finished"
+SEARCH_PHASES = (SEARCH_PENDING, SEARCH_DEPLOYING, SEARCH_LOAD_TESTING, SEARCH_FINISHED)
+
 
 @dataclass(frozen=True)
 class Condition:
@@ -242,6 +251,75 @@ class DecisionBasis:
 
 
 @dataclass(frozen=True)
+class ConcurrencyPoint:
+    """One load test of the concurrency search (or the ladder's own, at the load-test concurrency)."""
+
+    concurrency: int = api_field("Requests in flight at once.")
+    output_tokens_per_second: float | None = api_field("Output tokens per second (client side).", default=None)
+    ttft_p95_ms: float | None = api_field("Time to first token P95, ms.", default=None)
+    latency_p99_ms: float | None = api_field("End-to-end latency P99, ms.", default=None)
+    slo_met: bool | None = api_field("Whether every SLO objective set was met (unset when no SLO is set).", default=None)
+    source: str = api_field(
+        "ladder (the tier's load test at load.concurrency) or search (a short load test of the search).",
+        default="search",
+        enum=("ladder", "search"),
+    )
+
+
+@dataclass(frozen=True)
+class ConcurrencySearch:
+    """The concurrency search on the decided tier's engine: where it is, and every point it measured."""
+
+    tier: str = api_field("The tier searched (tpN-ppM).")
+    phase: str = api_field("Pending, Deploying, LoadTesting or Finished.", default=SEARCH_PENDING, enum=SEARCH_PHASES)
+    objective: str = api_field(
+        "slo (the largest concurrency meeting every objective) or knee (no SLO: the throughput knee).",
+        default="slo",
+        enum=("slo", "knee"),
+    )
+    max_num_seqs: int = api_field("--max-num-seqs of the search's engine: the highest concurrency searched.", default=1)
+    kv_cache_bound: int | None = api_field(
+        "Sequences vLLM's KV pool holds at once: kvCachePoolTokens / (inputLen + outputLen).", default=None
+    )
+    concurrency: int | None = api_field("Concurrency of the load test in progress.", default=None)
+    attempt: int | None = api_field("Load-test Job number of the point in progress (the Job is named ...-load<attempt>).", default=None)
+    attempts_at_point: int | None = api_field("Attempts made at the point in progress.", default=None)
+    points: tuple[ConcurrencyPoint, ...] = api_field("Every point measured, in the order measured.", default=())
+    started_at: str | None = api_field("When the search's engine was deployed.", default=None)
+    point_started_at: str | None = api_field("When the load test in progress started.", default=None)
+    gpu_minutes: float | None = api_field("GPU-minutes the search held (GPUs x wall minutes from deploy to teardown).", default=None)
+    result: int | None = api_field(
+        "The concurrency found: the largest that met every SLO objective (or the knee); unset when none met.", default=None
+    )
+    stopped: str | None = api_field("Why the search stopped before its bracket closed (budget, a failure).", default=None)
+    explanation: str | None = api_field("How the result was found, with numbers.", default=None)
+    ladder_budget_stopped: bool | None = api_field("The ladder itself was ended by the budget (decision rule budget).", default=None)
+
+
+@dataclass(frozen=True)
+class RankedAlternative:
+    """One measured tier, sized for the peak at its own per-replica concurrency at the SLO."""
+
+    rank: int = api_field("1 = fewest GPUs for the peak (then cheapest per million output tokens).")
+    tier: str = api_field("The tier as a short label (TP2, TP8xPP2).")
+    gpus_per_replica: int = api_field("GPUs per replica.")
+    per_replica_concurrency: int = api_field("Concurrency one replica serves at the SLO.")
+    per_replica_concurrency_source: str = api_field(
+        "searched (the concurrency search), measured (met the SLO at the load-test concurrency: a lower bound), "
+        "estimated (missed it: scaled down linearly) or unchecked.",
+        enum=CONCURRENCY_SOURCES,
+    )
+    replicas: int = api_field("Replicas for the peak, redundancy included.")
+    total_gpus: int = api_field("replicas x gpusPerReplica.")
+    output_tokens_per_second: float | None = api_field(
+        "Output tokens per second of one replica at that concurrency (measured at the load-test concurrency for tiers not searched).",
+        default=None,
+    )
+    cost_per_million_tokens: float | None = api_field("GPU cost per million output tokens at that throughput.", default=None)
+    decided: bool | None = api_field("True for the decided tier.", default=None)
+
+
+@dataclass(frozen=True)
 class Decision:
     """The decided tier, why, and what it means for capacity and cost."""
 
@@ -255,8 +333,18 @@ class Decision:
     classification: str = api_field("single-gpu-enough, does-not-fit or cannot-keep-up.", default="single-gpu-enough", enum=CLASSIFICATIONS)
     per_replica_concurrency: int | None = api_field("Concurrency one replica serves within the SLO.", default=None)
     per_replica_concurrency_source: str | None = api_field(
-        "measured (the tier met the SLO at the load-test concurrency, or no SLO is set), estimated (it missed: scaled down "
-        "by the worst slo/measured ratio) or unchecked (an objective is set but the tier lacks its figure).",
+        "searched (the concurrency search on the decided tier: the largest concurrency that met every SLO objective, or "
+        "the throughput knee without an SLO), measured (the tier met the SLO at the load-test concurrency, or no SLO is "
+        "set), estimated (it missed: scaled down by the worst slo/measured ratio) or unchecked (an objective is set but "
+        "the tier lacks its figure).",
+        default=None,
+        enum=CONCURRENCY_SOURCES,
+    )
+    concurrency_curve: tuple[ConcurrencyPoint, ...] | None = api_field(
+        "The decided tier's points of the concurrency search, by concurrency.", default=None
+    )
+    alternatives: tuple[RankedAlternative, ...] | None = api_field(
+        "Every measured tier sized for the peak at its own per-replica concurrency, ranked by total GPUs for the peak (then cost per million tokens).",
         default=None,
     )
     slo_met: bool | None = api_field("Whether the decided tier met the SLO at the load-test concurrency.", default=None)
@@ -329,7 +417,10 @@ class ExperimentStatus:
     tiers: tuple[TierResult, ...] = api_field("One entry per ladder tier, in ladder order.", default=())
     decision: Decision | None = api_field("The decision, once Decided.", default=None)
     recommendation: Recommendation | None = api_field("The KServe recommendation, once Decided.", default=None)
-    gpu_minutes_total: float | None = api_field("GPU-minutes spent by all tiers.", default=None)
+    concurrency_search: ConcurrencySearch | None = api_field(
+        "The concurrency search on the decided tier (spec.capacity.concurrencySearch), while it runs and after.", default=None
+    )
+    gpu_minutes_total: float | None = api_field("GPU-minutes spent by all tiers and the concurrency search.", default=None)
     simulated: bool | None = api_field("True when mode is Simulate.", default=None)
     prediction: PredictionStatus | None = api_field(
         "Predict-first (spec.plan.predictFirst): the predicted decision, the tiers measured because of it, any fallback.",

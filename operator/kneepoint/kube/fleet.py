@@ -50,8 +50,10 @@ def placement_problem(
         labels = [dig(n, "metadata", "labels", default={}) for n in selected]
         products = sorted({node_gpu_product(lb) for lb in labels} - {""})
         if gpu_product not in products:
-            return (f"spec.placement.gpuProduct: no node offering {gpu_resource} is labelled {gpu_product} "
-                    f"(products in the fleet: {', '.join(products) or 'none labelled'})")  # fmt: skip
+            return (
+                f"spec.placement.gpuProduct: no node offering {gpu_resource} is labelled {gpu_product} "
+                f"(products in the fleet: {', '.join(products) or 'none labelled'})"
+            )
     return None
 
 

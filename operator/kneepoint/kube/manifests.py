@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kneepoint.core import node_labels
+from kneepoint.core.actions import SearchLoad
 from kneepoint.core.apifields import to_json
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.memory_estimate import weight_bytes_per_gpu
@@ -73,22 +74,6 @@ class BuildContext:
     """Whether TP groups must sit inside one NVLink domain (False on PCIe-only fleets)."""
     architecture: Any = None
     """The resolved ModelArchitecture (sizes the engine's memory and ephemeral-storage requests); None: not known."""
-    pretend_termination_message: str | None = None
-    """Test-only, never set in production (operator setting ``sandbox_pretend_termination_message``):
-    engine and load-test pods get the label ``kneepoint.io/sandbox-pretend: "true"``, so the
-    sandbox's KWOK pretends to run them without processes, and load-test pods carry this text
-    in the annotation ``kneepoint.io/sandbox-pretend-termination-message``, which KWOK's
-    pod-complete stage writes as their termination message (the operator-scale benchmark,
-    docs/performance.md)."""
-
-
-SANDBOX_PRETEND_LABEL = "kneepoint.io/sandbox-pretend"
-SANDBOX_PRETEND_MESSAGE_ANNOTATION = "kneepoint.io/sandbox-pretend-termination-message"
-
-
-def _pod_labels(labels: dict[str, str], ctx: BuildContext) -> dict[str, str]:
-    """Pod template labels: the child's, plus the sandbox's pretend label in the test-only mode."""
-    return dict(labels, **{SANDBOX_PRETEND_LABEL: "true"}) if ctx.pretend_termination_message is not None else labels
 
 
 def model_reference(spec: ExperimentSpec) -> str:
@@ -102,7 +87,7 @@ def model_reference(spec: ExperimentSpec) -> str:
     return uri[len("sim://") :] if uri.startswith("sim://") else uri
 
 
-def vllm_args(spec: ExperimentSpec, tier: Tier) -> list[str]:
+def vllm_args(spec: ExperimentSpec, tier: Tier, max_num_seqs: int | None = None) -> list[str]:
     """``vllm serve``'s arguments: the model as its positional argument (``--model`` is deprecated), then the
     flags; only TP/PP differ between tiers. Every flag is one vLLM 0.33's parser accepts
     (tests/data/vllm/vllm-0.33.0-serve-flags.json)."""
@@ -115,7 +100,7 @@ def vllm_args(spec: ExperimentSpec, tier: Tier) -> list[str]:
         "--pipeline-parallel-size",
         str(tier.pipeline_parallel),
         "--max-num-seqs",
-        str(spec.max_num_seqs),
+        str(max_num_seqs or spec.max_num_seqs),
         "--max-model-len",
         str(spec.model.max_model_len),
         "--gpu-memory-utilization",
@@ -331,8 +316,11 @@ def build_engine_deployment(
     ctx: BuildContext,
     preferred_node: str | None = None,
     interconnect: str | None = None,
+    max_num_seqs: int | None = None,
 ) -> dict[str, Any]:
-    """The tier's engine: vLLM on TP x PP GPUs of one node (Measure) or the simulator on CPU (Simulate)."""
+    """The tier's engine: vLLM on TP x PP GPUs of one node (Measure) or the simulator on CPU (Simulate).
+
+    ``max_num_seqs``: the concurrency search's engine (above load.concurrency); else the spec's."""
     name = naming.engine_name(owner.name, tier)
     labels = naming.child_labels(owner.name, tier, naming.ROLE_ENGINE)
     simulate = spec.mode == "Simulate"
@@ -356,7 +344,7 @@ def build_engine_deployment(
     }
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, profiles_volume()]
     if simulate:
-        sim_args = vllm_args(spec, tier) + ["--noise", f"{spec.simulation.noise_fraction:g}"]
+        sim_args = vllm_args(spec, tier, max_num_seqs) + ["--noise", f"{spec.simulation.noise_fraction:g}"]
         if ctx.gpu_product:
             sim_args += ["--gpu", ctx.gpu_product]
         chosen = spec.simulation.interconnect if spec.simulation.interconnect != "auto" else interconnect
@@ -380,7 +368,7 @@ def build_engine_deployment(
         container.update(
             {
                 "image": spec.engine.image,
-                "args": vllm_args(spec, tier),
+                "args": vllm_args(spec, tier, max_num_seqs),
                 "resources": {
                     "requests": {spec.placement.gpu_resource: str(gpus)},
                     "limits": {spec.placement.gpu_resource: str(gpus)},
@@ -435,7 +423,7 @@ def build_engine_deployment(
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {
-                    "labels": _pod_labels(labels, ctx),
+                    "labels": labels,
                     "annotations": {
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(spec.engine.port),
@@ -586,9 +574,11 @@ def _restricted_security_context() -> dict[str, Any]:
     }
 
 
-def loadgen_args(spec: ExperimentSpec, owner: Owner, tier: Tier) -> list[str]:
-    """The load generator's flags: the same workload for every tier (only the endpoint differs)."""
-    return [
+def loadgen_args(spec: ExperimentSpec, owner: Owner, tier: Tier, search: SearchLoad | None = None) -> list[str]:
+    """The load generator's flags: the same workload for every tier (only the endpoint differs).
+
+    ``search``: a point of the concurrency search: its concurrency and request count, one repeat, no profiled slice."""
+    args = [
         "--endpoint",
         f"http://{naming.service_host(owner.name, tier, owner.namespace)}:{spec.engine.port}",
         "--model",
@@ -596,9 +586,9 @@ def loadgen_args(spec: ExperimentSpec, owner: Owner, tier: Tier) -> list[str]:
         "--api",
         "chat" if spec.load.endpoint == "ChatCompletions" else "completions",
         "--concurrency",
-        str(spec.load.concurrency),
+        str(search.concurrency if search else spec.load.concurrency),
         "--num-requests",
-        str(spec.load.num_requests),
+        str(search.num_requests if search else spec.load.num_requests),
         "--input-len",
         str(spec.load.input_len),
         "--output-len",
@@ -608,11 +598,28 @@ def loadgen_args(spec: ExperimentSpec, owner: Owner, tier: Tier) -> list[str]:
         "--warmup-requests",
         str(spec.load.warmup_requests),
         "--repeats",
-        str(spec.load.repeats),
+        str(1 if search else spec.load.repeats),
         "--max-error-fraction",
         "1.0",  # the operator judges the error fraction itself (load.maxErrorFraction), with retries
         "--no-progress",
-        *profile_args(tier),
+        *adaptive_args(spec),
+    ]
+    return args if search else args + profile_args(tier)
+
+
+def adaptive_args(spec: ExperimentSpec) -> list[str]:
+    """spec.load.adaptive as the load generator's flags (none when off: every repeat sends numRequests)."""
+    adaptive = spec.load.adaptive
+    if not adaptive.enabled:
+        return []
+    return [
+        "--adaptive",
+        "--adaptive-precision",
+        f"{adaptive.relative_precision:g}",
+        "--adaptive-confidence",
+        f"{adaptive.confidence:g}",
+        "--adaptive-min-requests",
+        str(adaptive.min_requests),
     ]
 
 
@@ -623,14 +630,9 @@ def profile_args(tier: Tier) -> list[str]:
     return ["--profile-seconds", f"{PROFILE_SECONDS:g}"]
 
 
-def _load_test_pod_metadata(labels: dict[str, str], ctx: BuildContext) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"labels": _pod_labels(labels, ctx)}
-    if ctx.pretend_termination_message is not None:
-        metadata["annotations"] = {SANDBOX_PRETEND_MESSAGE_ANNOTATION: ctx.pretend_termination_message}
-    return metadata
-
-
-def build_load_test_job(spec: ExperimentSpec, owner: Owner, tier: Tier, attempt: int, ctx: BuildContext) -> dict[str, Any]:
+def build_load_test_job(
+    spec: ExperimentSpec, owner: Owner, tier: Tier, attempt: int, ctx: BuildContext, search: SearchLoad | None = None
+) -> dict[str, Any]:
     """One load-test attempt: a Job whose pod writes its summary to the termination message."""
     labels = naming.child_labels(owner.name, tier, naming.ROLE_LOADTEST)
     labels[naming.LABEL_ATTEMPT] = str(attempt)
@@ -649,7 +651,7 @@ def build_load_test_job(spec: ExperimentSpec, owner: Owner, tier: Tier, attempt:
             "backoffLimit": 0,
             "activeDeadlineSeconds": spec.budget.load_test_timeout_seconds,
             "template": {
-                "metadata": _load_test_pod_metadata(labels, ctx),
+                "metadata": {"labels": labels},
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
@@ -659,7 +661,7 @@ def build_load_test_job(spec: ExperimentSpec, owner: Owner, tier: Tier, attempt:
                             "name": LOADGEN_CONTAINER,
                             "image": ctx.operator_image,
                             "command": ["kneepoint", "loadgen"],
-                            "args": loadgen_args(spec, owner, tier),
+                            "args": loadgen_args(spec, owner, tier, search),
                             "terminationMessagePath": "/dev/termination-log",
                             "terminationMessagePolicy": "File",
                             "resources": {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},

@@ -2,7 +2,7 @@
 
 One function maps an engine's pods to "ready / cannot start, and why" (the way Katib's
 ``GetDeployedJobStatus`` maps a job to a state): table-tested without a cluster. The
-fleet's nodes are read in ``fleet_view``, the load-test Job in ``load_test_result``.
+fleet's nodes are read in ``fleet`` (``fleet_view``), the load-test Job in ``load_test_result``.
 """
 
 from __future__ import annotations

@@ -22,6 +22,15 @@ from urllib.parse import urlsplit
 
 import click
 
+from kneepoint.loadgen.adaptive import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_MIN_REQUESTS,
+    DEFAULT_RELATIVE_PRECISION,
+    AdaptivePlan,
+    AdaptiveStop,
+    adaptive_json,
+    assess_records,
+)
 from kneepoint.loadgen.resolve_rules import ENV_VAR as RESOLVE_ENV
 from kneepoint.loadgen.resolve_rules import ResolveRuleError, parse_resolve_rules
 from kneepoint.loadgen.summary import (
@@ -96,6 +105,7 @@ class LoadgenConfig:
     lag_limit_ms: float
     profile_seconds: float = 0.0
     profile_requests: int = 0
+    adaptive: AdaptivePlan | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The run's configuration as written to --save-json."""
@@ -121,6 +131,7 @@ class LoadgenConfig:
             "maxLoopLagMs": self.lag_limit_ms,
             "profileSeconds": self.profile_seconds,
             "profileRequests": self.profile_requests,
+            "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
         }
 
 
@@ -181,6 +192,13 @@ def validate(options: dict[str, Any]) -> LoadgenConfig:
     if profile_requests is None:
         profile_requests = 2 * max(1, options["concurrency"])
     _at_least("--profile-requests", profile_requests, 1)
+    adaptive = None
+    if options.get("adaptive"):
+        adaptive = AdaptivePlan(
+            relative_precision=options.get("adaptive_precision", DEFAULT_RELATIVE_PRECISION),
+            confidence=options.get("adaptive_confidence", DEFAULT_CONFIDENCE),
+            min_requests=options.get("adaptive_min_requests", DEFAULT_MIN_REQUESTS),
+        )  # ValueError names the flag
     return LoadgenConfig(
         endpoint=endpoint,
         model=model,
@@ -206,6 +224,7 @@ def validate(options: dict[str, Any]) -> LoadgenConfig:
         lag_limit_ms=options["max_loop_lag_ms"],
         profile_seconds=profile_seconds,
         profile_requests=profile_requests,
+        adaptive=adaptive,
     )
 
 
@@ -252,14 +271,24 @@ class RunFailure(RuntimeError):
     """The run could not be carried out; one line for stderr, exit code 1."""
 
 
-async def _run_phase(runner: Any, config: LoadgenConfig, phase: str, label: str, count: int, offsets: list[float] | None) -> Any:
+async def _run_phase(
+    runner: Any,
+    config: LoadgenConfig,
+    phase: str,
+    label: str,
+    count: int,
+    offsets: list[float] | None,
+    stop: AdaptiveStop | None = None,
+) -> Any:
     from kneepoint.loadgen.progress import progress_wanted, show_progress
 
     task = None
     if progress_wanted(config.progress):
         task = asyncio.create_task(show_progress(label, count, runner.progress))
     try:
-        return await runner.run_phase(phase, count, offsets)
+        if stop is None:
+            return await runner.run_phase(phase, count, offsets)
+        return await runner.run_phase(phase, count, offsets, stop)
     finally:
         if task is not None:
             task.cancel()
@@ -287,8 +316,22 @@ async def _profiled_slice(runner: Any, config: LoadgenConfig) -> None:
         )
 
 
-async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> tuple[list[Any], list[Any], int, str]:
-    """Warm up, then run every repeat. Returns (repeat summaries, raw records per repeat, workers, model)."""
+@dataclass
+class LoadResult:
+    """What ``run_load`` measured."""
+
+    repeats: list[Any]
+    """RepeatSummary per repeat."""
+    records: list[Any]
+    """Raw records per repeat."""
+    workers: int
+    model: str
+    adaptive: list[dict[str, Any]]
+    """Per repeat with --adaptive (``adaptive.adaptive_json``); empty without."""
+
+
+async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> LoadResult:
+    """Warm up, then run every repeat (each stopping early with --adaptive)."""
     from kneepoint.loadgen.runner import LocalRunner, RunSettings
     from kneepoint.loadgen.worker_pool import WorkerError, WorkerPool
 
@@ -314,7 +357,7 @@ async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> tuple[
         return WorkerPool(settings, split_concurrency(config.concurrency, count))
 
     runner = make_runner(workers)
-    summaries, raw = [], []
+    summaries, raw, adaptive = [], [], []
     try:
         await runner.start()
         while config.warmup_requests:
@@ -341,7 +384,11 @@ async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> tuple[
             if config.request_rate is not None:
                 offsets = poisson_offsets(config.seed, phase, config.num_requests, config.request_rate)
             label = f"repeat {repeat + 1}/{config.repeats}"
-            outcome = await _run_phase(runner, config, phase, label, config.num_requests, offsets)
+            stop = None if config.adaptive is None else AdaptiveStop(config.adaptive, config.concurrency, config.num_requests)
+            outcome = await _run_phase(runner, config, phase, label, config.num_requests, offsets, stop)
+            if stop is not None and config.adaptive is not None:
+                final = assess_records(outcome.records, config.concurrency, config.adaptive)
+                adaptive.append(adaptive_json(config.adaptive, config.num_requests, len(outcome.records), stop.decision, final, stop.last))
             client = judge_client_load(outcome.cpu_samples, outcome.lag_samples_ms, config.cpu_limit, config.lag_limit_ms)
             summaries.append(
                 summarize_repeat(
@@ -361,7 +408,7 @@ async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> tuple[
         raise RunFailure(str(error)) from None
     finally:
         await runner.close()
-    return summaries, raw, workers, model
+    return LoadResult(summaries, raw, workers, model, adaptive)
 
 
 def _write_termination_message(text: str) -> str | None:
@@ -458,6 +505,28 @@ def _write_termination_message(text: str) -> str | None:
     "/stop_profile; docs/trace.md). 0 = off.",
 )
 @click.option("--profile-requests", type=int, default=None, help="Requests of the profiled phase (unmeasured). Default: 2 x --concurrency.")
+@click.option(
+    "--adaptive",
+    is_flag=True,
+    default=False,
+    help="Stop a repeat early once output throughput and the E2E P99 are known to --adaptive-precision at "
+    "--adaptive-confidence (never more than --num-requests; docs/loadgen.md).",
+)
+@click.option(
+    "--adaptive-precision",
+    type=float,
+    default=DEFAULT_RELATIVE_PRECISION,
+    show_default=True,
+    help="Largest relative half-width of both intervals.",
+)
+@click.option("--adaptive-confidence", type=float, default=DEFAULT_CONFIDENCE, show_default=True, help="Confidence of both intervals.")
+@click.option(
+    "--adaptive-min-requests",
+    type=int,
+    default=DEFAULT_MIN_REQUESTS,
+    show_default=True,
+    help="Completed requests a repeat needs before it may stop.",
+)
 def command(**options: Any) -> None:
     """Load-test an OpenAI-compatible server at fixed concurrency (or Poisson arrivals)."""
     try:
@@ -473,13 +542,15 @@ def command(**options: Any) -> None:
         except TokenizerFileError as error:
             raise OneLineUsageError(str(error)) from None
     try:
-        repeats, raw, workers, model = asyncio.run(run_load(config, tokenizer))
+        result = asyncio.run(run_load(config, tokenizer))
     except RunFailure as error:
         click.echo(f"kneepoint loadgen: FAILED: {error}", err=True)
         _write_termination_message(json.dumps({"v": 1, "ok": False, "error": str(error)[:400]}))
         sys.exit(1)
+    repeats, raw, workers, model = result.repeats, result.records, result.workers, result.model
     choice = select_repeat(repeats, config.max_error_fraction)
-    summary = build_summary(repeats, choice, config.concurrency, config.max_error_fraction)
+    kept_adaptive = result.adaptive[choice.index] if result.adaptive else None
+    summary = build_summary(repeats, choice, config.concurrency, config.max_error_fraction, adaptive=kept_adaptive)
     failure = failure_line(repeats[choice.index], config.max_error_fraction)
     click.echo(
         render_table(
@@ -491,11 +562,12 @@ def command(**options: Any) -> None:
             concurrency=config.concurrency,
             request_rate=config.request_rate,
             failure=failure,
+            adaptive=result.adaptive,
         )
     )
     _write_termination_message(fit_termination_message(summary))
     if config.save_json:
-        document = SavedRun(dict(config.to_json(), model=model, workers=workers), summary, choice, repeats, raw).to_json()
+        document = SavedRun(dict(config.to_json(), model=model, workers=workers), summary, choice, repeats, raw, result.adaptive).to_json()
         with open(config.save_json, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=1)
             handle.write("\n")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from kneepoint.loadgen.adaptive import AdaptiveStop
 from kneepoint.loadgen.http_client import Clock, encode_body, make_session, send_request
 from kneepoint.loadgen.records import RequestRecord
 from kneepoint.loadgen.selfmonitor import SelfMonitor
@@ -86,6 +87,10 @@ class LocalIndices:
         self._next += 1
         return self._next - 1
 
+    def close(self) -> None:
+        """Hand out no more indices (the adaptive stop); requests already sent finish."""
+        self._count = min(self._count, self._next)
+
 
 def prepare_phase(settings: RunSettings, tokenizer: Tokenizer | None, phase: str, count: int) -> tuple[list[bytes], list[int | None]]:
     """Request bodies of a phase (JSON bytes) and each prompt's local token count."""
@@ -109,11 +114,13 @@ async def drive_phase(
     clock: Clock,
     on_finished: Callable[[bool], None],
     worker: int = 0,
+    on_record: Callable[[RequestRecord], None] | None = None,
 ) -> list[RequestRecord]:
     """Send this process's share of a phase; returns its records.
 
     ``start_at`` (wall time) lines several processes up on one start; Poisson offsets are
-    measured from it. Without it the phase starts now.
+    measured from it. Without it the phase starts now. ``on_record`` sees each finished
+    request (the adaptive stop), before its slot takes the next index.
     """
     delay = 0.0 if start_at is None else max(0.0, start_at - time.time())
     if delay:
@@ -137,6 +144,8 @@ async def drive_phase(
             await send_request(session, settings.url, bodies[index], record, settings.stream, clock)
             records.append(record)
             on_finished(record.ok)
+            if on_record is not None:
+                on_record(record)
 
     await asyncio.gather(*(stream_slot() for _ in range(slots)))
     return records
@@ -170,22 +179,29 @@ class LocalRunner:
         """(finished, failed) requests of the running phase."""
         return self._counters.read()
 
-    async def run_phase(self, phase: str, count: int, offsets: list[float] | None) -> PhaseOutcome:
-        """Build and run one phase of ``count`` requests."""
+    async def run_phase(self, phase: str, count: int, offsets: list[float] | None, stop: AdaptiveStop | None = None) -> PhaseOutcome:
+        """Build and run one phase of at most ``count`` requests (fewer when ``stop`` says so)."""
         assert self._session is not None, "start() first"
         bodies, local = prepare_phase(self.settings, self._tokenizer, phase, count)
         self._counters.reset()
         self._monitor.reset()
+        indices = LocalIndices(count)
+
+        def judge(record: RequestRecord) -> None:
+            if stop is not None and stop.add(record):
+                indices.close()
+
         records = await drive_phase(
             self._session,
             self.settings,
             bodies,
             min(self.concurrency, count) if count else 0,
-            LocalIndices(count).take,
+            indices.take,
             offsets,
             None,
             self._clock,
             self._counters.add,
+            on_record=judge if stop is not None else None,
         )
         cpu, lag = self._monitor.take()
         return PhaseOutcome(records, [cpu], lag, local)

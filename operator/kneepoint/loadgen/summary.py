@@ -308,8 +308,12 @@ def build_summary(
     choice: RepeatChoice,
     concurrency: int,
     max_error_fraction: float,
+    adaptive: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The CONTRACTS A object for the kept repeat (full size; see ``fit_termination_message``)."""
+    """The CONTRACTS A object for the kept repeat (full size; see ``fit_termination_message``).
+
+    ``adaptive`` (``adaptive.adaptive_json`` of the kept repeat, with --adaptive) is added as is.
+    """
     kept = repeats[choice.index]
     error = failure_line(kept, max_error_fraction)
     summary: dict[str, Any] = {"v": SUMMARY_VERSION, "ok": error is None}
@@ -355,6 +359,8 @@ def build_summary(
     )
     if kept.goodput_requests_per_second is not None:
         summary["goodputRequestsPerSecond"] = round(kept.goodput_requests_per_second, 4)
+    if adaptive is not None:
+        summary["adaptive"] = adaptive
     return summary
 
 
@@ -466,6 +472,8 @@ class SavedRun:
     choice: RepeatChoice
     repeats: Sequence[RepeatSummary]
     records: Sequence[Sequence[RequestRecord]] = field(default_factory=list)
+    adaptive: Sequence[dict[str, Any]] = field(default_factory=list)
+    """Per repeat with --adaptive."""
 
     def to_json(self) -> dict[str, Any]:
         """The document (the summary object is CONTRACTS A, untruncated)."""
@@ -478,6 +486,9 @@ class SavedRun:
                 "medianOutputTokensPerSecond": round(self.choice.median_output_tokens_per_second, 3),
                 "spread": round(self.choice.spread, 4),
             },
-            "repeats": [repeat_json(r) for r in self.repeats],
+            "repeats": [
+                dict(repeat_json(r), adaptive=self.adaptive[i]) if i < len(self.adaptive) else repeat_json(r)
+                for i, r in enumerate(self.repeats)
+            ],
             "requests": [dict(record.to_json(), repeat=i) for i, records in enumerate(self.records) for record in records],
         }

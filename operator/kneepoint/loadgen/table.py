@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kneepoint.loadgen.statistics import Distribution
 from kneepoint.loadgen.summary import RepeatChoice, RepeatSummary
@@ -50,6 +51,7 @@ def render_table(
     concurrency: int,
     request_rate: float | None,
     failure: str | None,
+    adaptive: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The end-of-run table: the kept repeat in full, then one line per repeat."""
     kept = repeats[choice.index]
@@ -85,6 +87,15 @@ def render_table(
     lines.append(_row("Client limited the run:", "YES" if client.limited else "no"))
     if client.limited and client.reason:
         lines.append(f"  {client.reason}")
+    if adaptive:
+        kept_stop = adaptive[choice.index]
+        sent = f"{kept_stop['requestsSent']} of {kept_stop['requestsPlanned']} sent"
+        lines.append(_row("Adaptive stop (kept repeat):", ("early, " if kept_stop["stoppedEarly"] else "full plan, ") + sent))
+        lines.append(f"  {kept_stop['reason']}")
+        for label, key in (("throughput (tok/s)", "outputTokensPerSecondInterval"), ("E2E P99 (ms)", "latencyP99MsInterval")):
+            bounds = kept_stop.get(key)
+            if bounds is not None:
+                lines.append(f"  {label} {kept_stop['confidence']:.0%} interval: {bounds[0]:,.2f} .. {bounds[1]:,.2f}")
     lines.append(" Latency of the kept repeat ".center(_WIDTH, "-"))
     lines.extend(_latency_rows(kept))
     if len(repeats) > 1:

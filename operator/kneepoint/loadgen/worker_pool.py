@@ -12,14 +12,19 @@ merges. Progress comes from shared finished/failed counters.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import multiprocessing.connection
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
+from kneepoint.loadgen.adaptive import AdaptiveStop
 from kneepoint.loadgen.http_client import Clock, make_session
+from kneepoint.loadgen.records import RequestRecord
 from kneepoint.loadgen.runner import PhaseOutcome, RunSettings, drive_phase, prepare_phase
 from kneepoint.loadgen.selfmonitor import SelfMonitor
 
@@ -103,7 +108,7 @@ async def _worker_loop(
             message = await loop.run_in_executor(None, conn.recv)
             if message[0] == "stop":
                 break
-            _, phase, count, offsets = message
+            _, phase, count, offsets, stream_records = message
             bodies, local = prepare_phase(settings, tokenizer, phase, count)
             conn.send(("prepared", local if worker == 0 else None))
             go = await loop.run_in_executor(None, conn.recv)
@@ -111,7 +116,24 @@ async def _worker_loop(
                 break
             start_at = go[1]
             monitor.reset()
-            records = await drive_phase(session, settings, bodies, slots, indices.take, offsets, start_at, clock, on_finished, worker)
+
+            def send_record(record: RequestRecord) -> None:
+                # The parent's adaptive stop judges every finished request; the ITL list stays here.
+                conn.send(("record", dataclasses.replace(record, itl=[])))
+
+            records = await drive_phase(
+                session,
+                settings,
+                bodies,
+                slots,
+                indices.take,
+                offsets,
+                start_at,
+                clock,
+                on_finished,
+                worker,
+                on_record=send_record if stream_records else None,
+            )
             cpu, lag = monitor.take()
             conn.send(("done", records, cpu, lag))
     finally:
@@ -172,20 +194,31 @@ class WorkerPool:
         """(finished, failed) requests of the running phase, over all workers."""
         return self._done.value, self._failed.value
 
-    async def run_phase(self, phase: str, count: int, offsets: list[float] | None) -> PhaseOutcome:
-        """Run one phase across all workers and merge their records."""
+    async def run_phase(self, phase: str, count: int, offsets: list[float] | None, stop: AdaptiveStop | None = None) -> PhaseOutcome:
+        """Run one phase across all workers and merge their records (fewer than ``count`` when ``stop`` says so)."""
         with self._next.get_lock():
             self._next.value = 0
         self._limit.value = count
         self._done.value = 0
         self._failed.value = 0
         for conn in self._connections:
-            conn.send(("phase", phase, count, offsets))
+            conn.send(("phase", phase, count, offsets, stop is not None))
         prepared = await self._gather("prepared", timeout=None)
         start_at = time.time() + _START_MARGIN
         for conn in self._connections:
             conn.send(("go", start_at))
-        results = await self._gather("done", timeout=None)
+        lock = threading.Lock()
+
+        def judge(record: RequestRecord) -> None:
+            assert stop is not None
+            with lock:
+                if not stop.add(record):
+                    return
+            # No worker takes an index past the limit (checked under the same lock).
+            with self._next.get_lock():
+                self._limit.value = min(self._limit.value, self._next.value)
+
+        results = await self._gather("done", timeout=None, on_record=judge)
         records = [record for result in results for record in result[1]]
         records.sort(key=lambda r: r.index)
         return PhaseOutcome(
@@ -195,16 +228,23 @@ class WorkerPool:
             prompt_tokens_local=prepared[0][1],
         )
 
-    async def _gather(self, expected: str, timeout: float | None) -> list[tuple[Any, ...]]:
+    async def _gather(
+        self, expected: str, timeout: float | None, on_record: Callable[[RequestRecord], None] | None = None
+    ) -> list[tuple[Any, ...]]:
         loop = asyncio.get_running_loop()
 
         def receive(conn: multiprocessing.connection.Connection) -> tuple[Any, ...]:
-            if timeout is not None and not conn.poll(timeout):
-                raise WorkerError(f"a worker did not answer {expected!r} within {timeout:.0f} s")
-            try:
-                return conn.recv()
-            except EOFError:
-                raise WorkerError("a worker process exited unexpectedly") from None
+            while True:
+                if timeout is not None and not conn.poll(timeout):
+                    raise WorkerError(f"a worker did not answer {expected!r} within {timeout:.0f} s")
+                try:
+                    reply = conn.recv()
+                except EOFError:
+                    raise WorkerError("a worker process exited unexpectedly") from None
+                if reply[0] == "record" and on_record is not None:
+                    on_record(reply[1])
+                    continue
+                return reply
 
         replies = await asyncio.gather(*(loop.run_in_executor(None, receive, conn) for conn in self._connections))
         for reply in replies:

@@ -19,3 +19,5 @@ class ChartContext:
     """e.g. ``concurrency 32, 1024 in / 256 out tokens``."""
     slo_latency_p99_ms: float | None = None
     simulated: bool = False
+    slo_ttft_p95_ms: float | None = None
+    """The TTFT objective, drawn on the concurrency-search panel beside the P99 one."""

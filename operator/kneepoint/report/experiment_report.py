@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kneepoint.core.apifields import to_json
+from kneepoint.core.apifields import from_json, to_json
 from kneepoint.core.decision import STATE_DECIDED, DecisionOutcome, decide
 from kneepoint.core.record_table import RECORD_HEADERS, format_decision, format_record_table, record_row
 from kneepoint.core.spec import ExperimentSpec
-from kneepoint.core.status import Decision, Recommendation, TierResult
+from kneepoint.core.status import ConcurrencySearch, Decision, Recommendation, TierResult
 from kneepoint.core.stop_rules import BUDGET, tier_label
 from kneepoint.kube import kserve
 from kneepoint.report.chart_context import ChartContext
@@ -159,7 +159,7 @@ def build_report(inp: ReportInput) -> ExperimentReport:
     Raises ValueError when the tiers are not in ladder order.
     """
     budget_stopped = inp.status_decision is not None and inp.status_decision.rule == BUDGET
-    outcome = decide(inp.spec, inp.tiers, budget_stopped=budget_stopped)
+    outcome = decide(inp.spec, inp.tiers, budget_stopped=budget_stopped, search=status_search(inp))
     notes: list[str] = []
     matches: bool | None = None
     theirs = inp.status_decision
@@ -182,10 +182,19 @@ def build_report(inp: ReportInput) -> ExperimentReport:
     return ExperimentReport(inp, outcome, matches, tuple(notes), kserve, unavailable, per_tier, total, source)
 
 
+def status_search(inp: ReportInput) -> ConcurrencySearch | None:
+    """status.concurrencySearch, as the operator wrote it (its points decide the per-replica concurrency)."""
+    raw = inp.status.get("concurrencySearch")
+    search: ConcurrencySearch | None = from_json(ConcurrencySearch, raw) if isinstance(raw, Mapping) else None
+    return search
+
+
 def chart_context(inp: ReportInput) -> ChartContext:
     """Title and reference lines for the knee chart."""
     slo = inp.spec.capacity.slo.latency_p99_ms if inp.spec_given else None
+    ttft = inp.spec.capacity.slo.ttft_p95_ms if inp.spec_given else None
     return ChartContext(
+        slo_ttft_p95_ms=float(ttft) if ttft else None,
         model=model_name(inp.spec, inp.spec_given) or inp.name,
         gpu_product=inp.spec.placement.gpu_product if inp.spec_given else None,
         workload=workload_text(inp.spec) if inp.spec_given else None,
@@ -265,6 +274,44 @@ def kserve_line(report: ExperimentReport, export_hint: str | None = None) -> str
     return text
 
 
+def search_lines(report: ExperimentReport) -> list[str]:
+    """The concurrency search's curve (decision.concurrencyCurve), one line per point, and how it ended."""
+    decision = report.decision
+    search = status_search(report.input)
+    if decision is None or not decision.concurrency_curve:
+        return []
+    head = f"concurrency search on {tier_label(TierResult(tensor_parallel=decision.tensor_parallel, pipeline_parallel=decision.pipeline_parallel))}"
+    if search is not None:
+        head += f" (--max-num-seqs {search.max_num_seqs}, KV pool bound {search.kv_cache_bound if search.kv_cache_bound else 'unknown'}"
+        head += f", {search.gpu_minutes:.1f} GPU-min)" if search.gpu_minutes is not None else ")"
+    lines = [head + ":", f"  {'concurrency':>11}  {'tok/s':>7}  {'TTFT P95 ms':>11}  {'P99 ms':>7}  SLO"]
+    for p in decision.concurrency_curve:
+        verdict = "-" if p.slo_met is None else ("met" if p.slo_met else "missed")
+        mark = "  <- per replica" if p.concurrency == decision.per_replica_concurrency else ""
+        lines.append(
+            f"  {p.concurrency:>11}  {p.output_tokens_per_second or 0:>7.0f}  {p.ttft_p95_ms or 0:>11.0f}  {p.latency_p99_ms or 0:>7.0f}  "
+            f"{verdict}{' (ladder)' if p.source == 'ladder' else ''}{mark}"
+        )
+    if search is not None and search.stopped:
+        lines.append(f"  stopped early: {search.stopped}")
+    return lines
+
+
+def alternatives_lines(report: ExperimentReport) -> list[str]:
+    """Every measured tier sized for the peak at its own SLO concurrency, cheapest first (decision.alternatives)."""
+    decision = report.decision
+    if decision is None or not decision.alternatives:
+        return []
+    lines = ["ranked alternatives (each tier at its own per-replica concurrency at the SLO):"]
+    for a in decision.alternatives:
+        cost = "-" if a.cost_per_million_tokens is None else f"{a.cost_per_million_tokens:.3f}/M tok"
+        lines.append(
+            f"  {a.rank}. {a.tier}: {a.per_replica_concurrency} per replica ({a.per_replica_concurrency_source}), "
+            f"{a.replicas} replicas = {a.total_gpus} GPUs, {cost}{'  <- decided' if a.decided else ''}"
+        )
+    return lines
+
+
 def gpu_minutes_line(report: ExperimentReport) -> str:
     if report.gpu_minutes_total is None:
         return "GPU-minutes: not recorded (no tier carries gpuMinutes and status has no gpuMinutesTotal)"
@@ -287,7 +334,11 @@ def render_text(report: ExperimentReport, chart_path: str | None = None, export_
     parts += [stop_rules_line(inp), "", format_record_table(report.outcome.tiers), ""]
     if report.outcome.comparisons:
         parts += ["\n\n".join(report.outcome.comparisons), ""]
-    parts += [decision_block(report), "", kserve_line(report, export_hint), gpu_minutes_line(report)]
+    parts += [decision_block(report), ""]
+    extra = search_lines(report) + alternatives_lines(report)
+    if extra:
+        parts += [*extra, ""]
+    parts += [kserve_line(report, export_hint), gpu_minutes_line(report)]
     if inp.simulated:
         parts.append(SIMULATED_BANNER)
     if chart_path:
@@ -311,6 +362,9 @@ def render_markdown(report: ExperimentReport, chart_path: str | None = None, exp
     if report.outcome.comparisons:
         lines += ["", "### Comparisons", "", "```text", "\n\n".join(report.outcome.comparisons), "```"]
     lines += ["", "### Decision", "", "```text", decision_block(report), "```", ""]
+    extra = search_lines(report) + alternatives_lines(report)
+    if extra:
+        lines += ["```text", *extra, "```", ""]
     lines += [f"- {kserve_line(report, export_hint)}", f"- {gpu_minutes_line(report)}"]
     if chart_path:
         lines += ["", f"![throughput and P99 per tier, knee marked]({chart_path})"]

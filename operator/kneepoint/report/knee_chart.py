@@ -37,6 +37,7 @@ KNEE_COLOUR = "#c0162b"
 SKIPPED_COLOUR = "#6b6b6b"
 FAILED_COLOUR = "#b00020"
 COMM_COLOUR = "#4b7d3a"
+TTFT_COLOUR = "#7a3fa0"
 
 X_LABEL = "GPUs per replica (tier; log2 scale)"
 THROUGHPUT_LABEL = "Output throughput (tokens/s)"
@@ -101,9 +102,11 @@ _MARKER_STYLE: dict[str, dict[str, Any]] = {
 
 def build_knee_figure(tiers: Sequence[TierResult], decision: Decision | None, context: ChartContext = ChartContext()) -> Figure:
     """The knee chart for ``tiers`` (ladder order) and the decision (None: not decided yet)."""
-    figure = Figure(figsize=FIGURE_SIZE_INCHES, dpi=DPI, layout="constrained")
+    curve = decision.concurrency_curve if decision is not None else None
+    width, height = FIGURE_SIZE_INCHES
+    figure = Figure(figsize=(width * 1.8, height) if curve else FIGURE_SIZE_INCHES, dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
-    ax = figure.add_subplot()
+    ax = figure.add_subplot(1, 2, 1) if curve else figure.add_subplot()
     ax2 = ax.twinx()
     ax.set_zorder(ax2.get_zorder() + 1)  # throughput and the knee above the latency line
     ax.patch.set_visible(False)
@@ -286,9 +289,80 @@ def build_knee_figure(tiers: Sequence[TierResult], decision: Decision | None, co
             gid="knee-annotation",
         )
 
+    if curve and decision is not None:
+        _curve_panel(figure.add_subplot(1, 2, 2), decision, context)
     figure.suptitle(chart_title(context, decision), fontsize=11)
     figure.legend(handles=handles, loc="outside lower center", ncols=min(4, max(1, len(handles))), fontsize=8.5, frameon=False)
     return figure
+
+
+def _curve_panel(ax: Any, decision: Decision, context: ChartContext) -> None:
+    """The second panel: the decided tier's concurrency search (throughput and P99 per concurrency, the SLO line)."""
+    points = sorted(decision.concurrency_curve or (), key=lambda p: p.concurrency)
+    ax2 = ax.twinx()
+    ax.set_zorder(ax2.get_zorder() + 1)
+    ax.patch.set_visible(False)
+    xs = [p.concurrency for p in points]
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrency per replica (requests in flight)")
+    ax.set_ylabel(THROUGHPUT_LABEL, color=THROUGHPUT_COLOUR)
+    ax2.set_ylabel("P99 latency and TTFT P95 (ms)", color=LATENCY_COLOUR)
+    ax.tick_params(axis="y", colors=THROUGHPUT_COLOUR)
+    ax2.tick_params(axis="y", colors=LATENCY_COLOUR)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.plot(xs, [_y(p.output_tokens_per_second) for p in points], "o-", color=THROUGHPUT_COLOUR, linewidth=2.0, gid="curve-throughput")
+    ax.set_xticks(xs, [str(x) for x in xs], fontsize=7.5)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax2.plot(xs, [_y(p.latency_p99_ms) for p in points], "s--", color=LATENCY_COLOUR, linewidth=1.6, label="P99", gid="curve-p99")
+    with_ttft = [p for p in points if p.ttft_p95_ms is not None]
+    if with_ttft:
+        ax2.plot(
+            [p.concurrency for p in with_ttft],
+            [_y(p.ttft_p95_ms) for p in with_ttft],
+            "^-.",
+            color=TTFT_COLOUR,
+            linewidth=1.4,
+            label="TTFT P95",
+            gid="curve-ttft",
+        )
+    missed = [p for p in points if p.slo_met is False]
+    if missed:
+        ax.plot(
+            [p.concurrency for p in missed],
+            [_y(p.output_tokens_per_second) for p in missed],
+            "x",
+            color=KNEE_COLOUR,
+            markersize=11,
+            markeredgewidth=2,
+            gid="curve-missed",
+        )
+    top_tps = max((p.output_tokens_per_second or 0.0 for p in points), default=0.0)
+    ax.set_ylim(0, top_tps * 1.3 if top_tps > 0 else 1.0)
+    top_ms = max(
+        [p.latency_p99_ms or 0.0 for p in points]
+        + [p.ttft_p95_ms or 0.0 for p in points]
+        + [context.slo_latency_p99_ms or 0.0, context.slo_ttft_p95_ms or 0.0]
+    )
+    ax2.set_ylim(0, top_ms * 1.3 if top_ms > 0 else 1.0)
+    if context.slo_latency_p99_ms:
+        ax2.axhline(context.slo_latency_p99_ms, color=LATENCY_COLOUR, linestyle=":", linewidth=1.4, label="P99 SLO", gid="curve-slo")
+    if context.slo_ttft_p95_ms:
+        ax2.axhline(context.slo_ttft_p95_ms, color=TTFT_COLOUR, linestyle=":", linewidth=1.4, label="TTFT P95 SLO", gid="curve-ttft-slo")
+    ax2.legend(loc="lower right", fontsize=7.5, frameon=False)
+    chosen = decision.per_replica_concurrency
+    if chosen:
+        ax.axvline(chosen, color=KNEE_COLOUR, linewidth=6, alpha=0.12, gid="curve-chosen")
+        ax.annotate(
+            f"{chosen} per replica ({decision.per_replica_concurrency_source})\n{decision.replicas} replicas",
+            (chosen, ax.get_ylim()[1] * 0.92),
+            ha="center",
+            va="top",
+            fontsize=9,
+            fontweight="bold",
+            color=KNEE_COLOUR,
+            bbox=dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor=KNEE_COLOUR, alpha=0.95),
+        )
+    ax.set_title("decided tier: concurrency search (x: an SLO objective missed)", fontsize=9.5)
 
 
 def save_png(figure: Figure, path: str) -> None:

@@ -45,9 +45,10 @@ from kneepoint.core.memory_estimate import (
 )
 from kneepoint.core.tiers import Tier
 from kneepoint.simulator.calibration import load_calibration
+from kneepoint.simulator.engine import SimulatorSettings
 from kneepoint.simulator.perf_model import INTERCONNECTS, Deployment, Hardware, PerfModel, shape_from_architecture
 from kneepoint.simulator.profiler import ProfilerConfig, ProfilerConfigError, parse_profiler_config
-from kneepoint.simulator.server import VLLM_VERSION, SimulatorSettings, serve_forever
+from kneepoint.simulator.server import VLLM_VERSION, serve_forever
 from kneepoint.simulator.startup import NO_KV_MEMORY, EngineRefusal, StartupFigures, run_failure
 
 log = logging.getLogger("kneepoint.sim")

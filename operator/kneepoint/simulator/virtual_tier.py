@@ -11,7 +11,7 @@ on simulated time, without sockets or sleeping. Nothing of the model is copied:
   line);
 - engine steps come from the simulator's :class:`~kneepoint.simulator.scheduler.Scheduler`
   over its :class:`~kneepoint.simulator.perf_model.PerfModel`, with the seeded step-time
-  noise, exactly as ``server.Engine.run`` drives them (plan a step, let its duration pass,
+  noise, exactly as ``engine.Engine.run`` drives them (plan a step, let its duration pass,
   complete it); collective time and busy time are accounted by its ``Telemetry`` rules;
 - the workload is ``kneepoint loadgen``'s: a closed loop of ``concurrency`` slots, each
   sending its next request the moment its previous response ends; a warm-up phase, then
@@ -50,8 +50,8 @@ from kneepoint.loadgen.records import HTTP_4XX, RequestRecord
 from kneepoint.loadgen.statistics import percentile_sorted
 from kneepoint.loadgen.summary import ClientLoad, build_summary, select_repeat, summarize_repeat
 from kneepoint.loadgen.workload import build_prompt, build_request_body
+from kneepoint.simulator.engine import SimulatorSettings, scheduler_config
 from kneepoint.simulator.scheduler import Scheduler, SimRequest
-from kneepoint.simulator.server import SimulatorSettings, scheduler_config
 from kneepoint.simulator.startup import EXIT_REFUSED, EngineRefusal
 from kneepoint.simulator.tokens import count_chat_prompt, count_completion_prompt
 

@@ -184,4 +184,6 @@ def test_measuring_a_remaining_tier_never_changes_a_decision_already_made(ladder
         return
     # Finish every remaining tier with some measurement: the earlier decision stands.
     finished = [replace(t, phase=TIER_MEASURED, output_tokens_per_second=1e6) if t.phase in REMAINING_PHASES else t for t in tiers]
-    assert decide(spec, finished).decision == first
+    later = decide(spec, finished).decision
+    # The ranked alternatives list every measured tier, so they grow; the decision itself stands.
+    assert later is not None and replace(later, alternatives=None) == replace(first, alternatives=None)

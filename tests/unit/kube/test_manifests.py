@@ -145,3 +145,47 @@ def test_engine_profiles_into_a_shared_emptydir_read_by_the_trace_sidecar(mode):
     job = manifests.build_load_test_job(spec(mode=mode), OWNER, Tier(2, 1), 1, CTX)
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--profile-seconds") + 1] == "10"
+
+
+def test_the_job_passes_spec_load_adaptive_to_the_load_generator():
+    from kneepoint.loadgen.command import validate
+
+    off = manifests.build_load_test_job(spec(), OWNER, Tier(1, 1), 1, CTX)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--adaptive") for a in off)
+    load = {
+        "concurrency": 16,
+        "numRequests": 1000,
+        "adaptive": {"enabled": True, "relativePrecision": 0.1, "confidence": 0.9, "minRequests": 50},
+    }
+    on = manifests.build_load_test_job(spec(load=load), OWNER, Tier(1, 1), 1, CTX)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert on[on.index("--adaptive") + 1 : on.index("--adaptive") + 7] == [
+        "--adaptive-precision", "0.1", "--adaptive-confidence", "0.9", "--adaptive-min-requests", "50",
+    ]  # fmt: skip # argv: each flag beside its value
+    # the load generator accepts the Job's flags as they are
+    from click.testing import CliRunner
+
+    from kneepoint.loadgen.command import command
+
+    parsed: dict = {}
+
+    def capture(**options):
+        parsed.update(options)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(command, "callback", capture)
+        result = CliRunner().invoke(command, on)
+    assert result.exit_code == 0, result.output
+    config = validate(parsed)
+    assert config.adaptive is not None and config.adaptive.to_json() == {"relativePrecision": 0.1, "confidence": 0.9, "minRequests": 50}
+    assert config.num_requests == 1000
+
+
+def test_bad_spec_load_adaptive_names_the_field_and_the_allowed_values():
+    from kneepoint.core.spec import SpecError
+
+    with pytest.raises(SpecError, match=r"spec\.load\.adaptive\.relativePrecision") as error:
+        spec(load={"adaptive": {"enabled": True, "relativePrecision": 0.9}})
+    assert "0.5" in str(error.value)
+    with pytest.raises(SpecError, match=r"spec\.load\.adaptive\.confidence"):
+        spec(load={"adaptive": {"confidence": 0.2}})
+    assert spec().load.adaptive.enabled is False

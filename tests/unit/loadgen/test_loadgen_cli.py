@@ -175,6 +175,40 @@ def test_two_worker_processes(tmp_path: pathlib.Path, endpoint: str) -> None:
     assert sorted(r["index"] for r in document["requests"] if r["repeat"] == 0) == list(range(24))
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_adaptive_stops_a_repeat_early(tmp_path: pathlib.Path, endpoint: str, workers: str) -> None:
+    saved = tmp_path / "run.json"
+    # 90 % confidence: the P99 interval exists from 299 completions; a loose 50 % precision
+    # makes the stop depend on the count only, not on how crowded this machine is.
+    code, summary, out, err = run_cli(tmp_path, endpoint, "--concurrency", "32", "--num-requests", "600", "--workers", workers,
+                                      "--adaptive", "--adaptive-confidence", "0.9", "--adaptive-precision", "0.5",
+                                      "--save-json", str(saved))  # fmt: skip # argv: each flag beside its value
+    assert code == 0, err
+    adaptive = summary["adaptive"]
+    assert adaptive["stoppedEarly"] is True and adaptive["requestsPlanned"] == 600
+    assert adaptive["completedAtStop"] == 320  # the first whole cycle of 32 at or past 299
+    # The requests in flight at the stop finish and are measured: at most one more cycle. With
+    # worker processes a few more may start while the parent reads the 320th record.
+    assert 320 <= adaptive["requestsSent"] == summary["completed"] < 320 + 32 * int(workers)
+    low, high = adaptive["latencyP99MsInterval"]  # the interval at the stop, over 320 completions
+    assert 0 < low <= high
+    assert "Adaptive stop (kept repeat):" in out and "early" in out
+    document = json.loads(saved.read_text())
+    assert len(document["requests"]) == adaptive["requestsSent"]
+    assert document["repeats"][0]["adaptive"] == adaptive
+    assert document["config"]["adaptive"] == {"relativePrecision": 0.5, "confidence": 0.9, "minRequests": 100}
+
+
+def test_adaptive_never_sends_more_than_the_plan(tmp_path: pathlib.Path, endpoint: str) -> None:
+    code, summary, _, err = run_cli(tmp_path, endpoint, "--concurrency", "8", "--num-requests", "40", "--repeats", "2",
+                                    "--adaptive", "--adaptive-min-requests", "1")  # fmt: skip # argv: each flag beside its value
+    assert code == 0, err
+    adaptive = summary["adaptive"]
+    assert adaptive["stoppedEarly"] is False and adaptive["requestsSent"] == 40 == summary["completed"]
+    assert "368 completed requests at 95% confidence" in adaptive["reason"]
+    assert adaptive["latencyP99MsInterval"] is None
+
+
 def test_auto_workers_escalate_after_a_cpu_saturated_warmup(tmp_path: pathlib.Path, endpoint: str) -> None:
     from kneepoint.loadgen.command import available_cores
 
@@ -218,6 +252,9 @@ def test_tokenizer_run(tmp_path: pathlib.Path, endpoint: str) -> None:
         (["--repeats", "0"], "--repeats"),
         (["--endpoint", "ftp://x"], "--endpoint"),
         (["--save-json", "/nonexistent/dir/run.json"], "--save-json"),
+        (["--adaptive", "--adaptive-precision", "0"], "--adaptive-precision"),
+        (["--adaptive", "--adaptive-confidence", "1"], "--adaptive-confidence"),
+        (["--adaptive", "--adaptive-min-requests", "0"], "--adaptive-min-requests"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args: list[str], flag: str) -> None:

@@ -25,10 +25,24 @@ def fixed_step(seconds: float = 0.01):
     return step_time
 
 
-def make(max_num_seqs=8, max_num_batched_tokens=8192, num_gpu_blocks=1000, max_model_len=4096, noise=0.0, seed=0, step=None):
+def make(
+    max_num_seqs=8,
+    max_num_batched_tokens=8192,
+    num_gpu_blocks=1000,
+    max_model_len=4096,
+    noise=0.0,
+    seed=0,
+    step=None,
+    async_scheduling=False,
+):
+    """A scheduler on a fake clock; synchronous planning unless asked (the batching rules read plainer)."""
     clock = FakeClock()
     config = SchedulerConfig(
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        num_gpu_blocks=num_gpu_blocks,
+        max_model_len=max_model_len,
+        async_scheduling=async_scheduling,
     )
     return Scheduler(config, step or fixed_step(), clock=clock, noise=noise, seed=seed), clock
 
@@ -196,3 +210,46 @@ def test_invariants_hold_for_any_workload(requests, max_num_seqs, budget, blocks
         assert sched.free_blocks + sum(r.blocks for r in sched.running) == blocks
     assert all(r.status == FINISHED and r.output_tokens == r.max_tokens for r in reqs)
     assert sched.free_blocks == blocks
+
+
+# -- asynchronous scheduling (vLLM 0.24's default): step k+1 is planned when step k is launched
+
+
+def test_async_a_request_arriving_during_a_step_joins_the_step_after_next() -> None:
+    sched, clock = make(async_scheduling=True)
+    sched.add_request("a", prompt_tokens=16, max_tokens=50)
+    run_step(sched, clock)  # a's prefill: planned at 0.00 by an idle engine, ends at 0.01
+    run_step(sched, clock)  # a's first decode: planned at 0.01, ends at 0.02
+    sched.add_request("b", prompt_tokens=16, max_tokens=5, arrival_time=0.015)  # during that decode
+    step, _ = run_step(sched, clock)  # planned at 0.02 with what had arrived by 0.01
+    assert [r.request_id for r, _ in step.entries] == ["a"]
+    step, _ = run_step(sched, clock)
+    assert [r.request_id for r, _ in step.entries] == ["a", "b"]
+
+
+def test_async_a_request_that_arrived_before_the_previous_plan_joins_the_next_step() -> None:
+    sched, clock = make(async_scheduling=True)
+    sched.add_request("a", prompt_tokens=16, max_tokens=50)
+    run_step(sched, clock)  # planned at 0.00, ends at 0.01
+    sched.add_request("b", prompt_tokens=16, max_tokens=5, arrival_time=0.0)
+    step, _ = run_step(sched, clock)
+    assert [r.request_id for r, _ in step.entries] == ["a", "b"]
+
+
+def test_async_an_idle_engine_plans_at_once() -> None:
+    sched, clock = make(async_scheduling=True)
+    sched.add_request("a", prompt_tokens=16, max_tokens=1)
+    run_all(sched, clock)
+    clock.now += 1.0
+    sched.add_request("b", prompt_tokens=16, max_tokens=1)
+    step, _ = run_step(sched, clock)
+    assert [r.request_id for r, _ in step.entries] == ["b"]
+
+
+def test_sync_planning_admits_a_request_at_the_next_step() -> None:
+    sched, clock = make(async_scheduling=False)
+    sched.add_request("a", prompt_tokens=16, max_tokens=50)
+    run_step(sched, clock)
+    sched.add_request("b", prompt_tokens=16, max_tokens=5)
+    step, _ = run_step(sched, clock)
+    assert [r.request_id for r, _ in step.entries] == ["a", "b"]

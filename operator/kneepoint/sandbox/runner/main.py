@@ -32,6 +32,7 @@ from typing import Any
 import aiohttp
 import click
 
+from kneepoint.sandbox.pretend import PRETEND_LABEL
 from kneepoint.sandbox.processes import MARKER_ENV
 from kneepoint.sandbox.runner.ipam import DEFAULT_POD_CIDR, LoopbackPool
 from kneepoint.sandbox.runner.kube import KubeGateway, WatchFeed
@@ -42,7 +43,6 @@ from kneepoint.sandbox.runner.resolve import DEFAULT_CLUSTER_DOMAIN, ResolveMap,
 log = logging.getLogger("kneepoint.sandbox.runner")
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-PRETEND_LABEL = "kneepoint.io/sandbox-pretend"
 KINDS = ("nodes", "services", "pods")
 
 
