@@ -49,7 +49,7 @@ from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, 
 from kneepoint.core.architectures import architecture_from_spec, preset_names
 from kneepoint.core.decision import decide
 from kneepoint.core.gpus import find_gpu_type
-from kneepoint.core.ladder import LadderSettings, derive_phase, measurement_hash
+from kneepoint.core.ladder import LadderSettings, current_tier, derive_phase, ladder_tiers, measurement_hash
 from kneepoint.core.memory_estimate import estimate_memory
 from kneepoint.core.observations import (
     START_OUT_OF_MEMORY,
@@ -60,10 +60,12 @@ from kneepoint.core.observations import (
     MetricWindow,
     Observations,
 )
+from kneepoint.core.prediction import LadderPrediction
 from kneepoint.core.spec import ExperimentSpec, StopRulesSpec, parse_spec
 from kneepoint.core.status import TIER_PENDING, TIER_SKIPPED, ExperimentStatus, set_condition
 from kneepoint.core.tiers import Tier
 from kneepoint.kube.manifests import vllm_args
+from kneepoint.simulator.ladder_prediction import predict_ladder
 from kneepoint.simulator.virtual_tier import AdaptiveStop, EngineStart, TierMeasurement, Workload, run_load_test, start_engine
 
 # The ladder's passes are run by the same driver as its unit tests (tests/unit/core/ladder_driver.py).
@@ -167,10 +169,21 @@ class Scenario:
     model: Model
     fleet: Fleet
     workload: WorkloadSpec
+    name: str = ""
+    """A variant of the base scenario (near-threshold ones): added to the key."""
+    stop_rules: tuple[tuple[str, float], ...] = ()
+    """spec.stopRules overrides (camelCase key, value)."""
+    engine_interconnect: str | None = None
+    """The link the engines really use when it is not the fleet's label (a node labelled nvlink whose GPUs have no P2P)."""
 
     @property
     def key(self) -> str:
-        return f"{self.model.name}/{self.fleet.name}/{self.workload.name}"
+        base = f"{self.model.name}/{self.fleet.name}/{self.workload.name}"
+        return f"{base}:{self.name}" if self.name else base
+
+    @property
+    def interconnect(self) -> str:
+        return self.engine_interconnect or self.fleet.interconnect
 
     def spec_dict(self, mode: str = "Measure", load: dict[str, Any] | None = None) -> dict[str, Any]:
         """The experiment's spec as a user writes it (``load`` overrides fields of the workload)."""
@@ -181,6 +194,7 @@ class Scenario:
             "load": dict(self.workload.load, seed=1234, **(load or {})),
             "placement": {"gpuProduct": self.fleet.gpu_product},
             "simulation": {"noiseFraction": 0.02},
+            **({"stopRules": dict(self.stop_rules)} if self.stop_rules else {}),
         }
 
     def spec(self, mode: str = "Measure", load: dict[str, Any] | None = None) -> ExperimentSpec:
@@ -191,16 +205,75 @@ def scenarios(models: Sequence[str], fleets: Sequence[str], workloads: Sequence[
     return [Scenario(MODELS[m], FLEETS[f], WORKLOADS[w]) for m in models for f in fleets for w in workloads]
 
 
+NEAR_MARGIN = 0.03
+"""Near-threshold scenarios put a threshold this far from the predicted figure: inside the prediction's band (so
+predict-first must measure), outside the 2 % step noise (so the sweep's decision does not flip between seeds)."""
+
+
+def _predicted(measurements: Measurements, scenario: Scenario) -> dict[str, Any]:
+    pred = measurements.prediction(scenario, scenario.spec())
+    return {f.tier.label: f for f in pred.tiers}
+
+
+def near_threshold_scenarios(measurements: Measurements) -> list[Scenario]:
+    """Scenarios whose thresholds sit near the predicted figures (placed from the prediction itself), and one where the
+    prediction is wrong: the fleet is labelled NVLink but its engines talk over PCIe (no peer-to-peer)."""
+    out = []
+    base = Scenario(MODELS["8b"], FLEETS["h200"], WORKLOADS["chat"])
+    f = _predicted(measurements, base)
+    gain12 = f["TP2"].output_tokens_per_second / f["TP1"].output_tokens_per_second - 1
+    # TP1 -> TP2 just above minThroughputGain: the comparison is within the band, so TP1 and TP2 are measured.
+    out.append(
+        dataclasses.replace(
+            base, name="near-gain", stop_rules=(("memoryHeadroom", 0.10), ("minThroughputGain", round(gain12 - NEAR_MARGIN, 3)))
+        )
+    )
+    # TP4's communication share just under maxCommFraction.
+    out.append(
+        dataclasses.replace(
+            base,
+            name="near-comm",
+            stop_rules=(
+                ("memoryHeadroom", 0.10),
+                ("minThroughputGain", 0.05),
+                ("maxCommFraction", round(f["TP4"].comm_fraction + NEAR_MARGIN, 3)),
+            ),
+        )
+    )
+    # The 1-GPU tier's memory share just above memoryHeadroom (one GPU is, narrowly, too full).
+    mem = Scenario(MODELS["14b"], FLEETS["h200"], WORKLOADS["highconc"])
+    run = run_ladder(mem, Variant("probe", skip=True, early_stop=True, adaptive=False, stream="probe"), measurements, LoadModel(), 0)
+    tp1 = run.status.tier("tp1-pp1") if run.status is not None else None
+    share = (tp1.peak_memory_gi_b or 0.0) / (tp1.gpu_memory_gi_b or 1.0) if tp1 is not None else 0.5
+    out.append(dataclasses.replace(mem, name="near-memory", stop_rules=(("memoryHeadroom", round(share * (1 - NEAR_MARGIN), 3)),)))
+    # 70B: TP4 -> TP8 just above minThroughputGain (TP8 wins narrowly).
+    big = Scenario(MODELS["70b"], FLEETS["h200"], WORKLOADS["chat"])
+    g = _predicted(measurements, big)
+    gain48 = g["TP8"].output_tokens_per_second / g["TP4"].output_tokens_per_second - 1
+    out.append(dataclasses.replace(big, name="near-gain", stop_rules=(("minThroughputGain", round(gain48 - NEAR_MARGIN, 3)),)))
+    # The prediction is wrong: NVLink-labelled nodes whose engines run over PCIe. Measurements fall outside the band.
+    out.append(dataclasses.replace(big, name="mislabelled-link", engine_interconnect="pcie"))
+    return out
+
+
+# Real vLLM 0.24 start-up of Llama-3.1-8B on one H200 (tests/data/vllm/README.md): healthy after 129 s cold
+# (8b-tp1-serve-run1.log: torch.compile 27.0 s, engine init 53.1 s) and 89 s with VLLM_CACHE_ROOT kept
+# (8b-tp1-serve-cached-restart.log: torch.compile 6.1 s, init 32.5 s); the first capture took 136 s. Those engines
+# loaded dummy weights (1.9 s and 2.3 s of "Model loading took"), so weights are counted apart (fetch + shard).
+MEASURED_START_COLD_S = 129.0 - 1.9
+MEASURED_START_CACHED_S = 89.0 - 2.3
+
+
 @dataclass(frozen=True)
 class LoadModel:
-    """Model-load time, an assumption (nothing here measured it): fetch, copy to the GPUs, initialise."""
+    """Model-load time: fetch the weights, copy each shard to its GPU, then vLLM's measured start-up."""
 
     fetch_gbps: float = 1.25
-    """GB/s from remote storage or the hub to the node (10 Gbit/s), the whole model per engine."""
+    """GB/s from remote storage or the hub to the node (10 Gbit/s), the whole model per engine (an assumption)."""
     h2d_gbps: float = 2.0
     """GB/s into each GPU for its shard (``kneepoint sim``'s default, contract C)."""
-    engine_init_s: float = 30.0
-    """Seconds of engine start-up after the weights: profiling run, KV-cache allocation, CUDA graphs."""
+    engine_init_s: float = MEASURED_START_COLD_S
+    """Seconds of engine start-up besides the weights: real vLLM's measured 8B start, cold compile cache."""
 
     def fetch_seconds(self, weights_total: float) -> float:
         return weights_total / (self.fetch_gbps * GB)
@@ -245,10 +318,12 @@ class Measurements:
         """Every engine gets this noise seed (as the operator's Simulate mode passes none: seed 0), not one per tier."""
         self._starts: dict[tuple[Any, ...], EngineStart] = {}
         self._tests: dict[tuple[Any, ...], TierMeasurement] = {}
+        self._predictions: dict[tuple[Any, ...], LadderPrediction] = {}
         self.cpu_seconds = 0.0
+        self.predict_cpu_seconds = 0.0
 
     def engine(self, scenario: Scenario, spec: ExperimentSpec, tier: Tier, interconnect: str, stream: str) -> EngineStart:
-        key = (scenario.key, spec.load, tier, interconnect)
+        key = (scenario.key, spec.load, spec.stop_rules, tier, interconnect)
         base = self._starts.get(key)
         if base is None:
             arch = architecture_from_spec(spec.model.architecture, None, model_name=spec.model.uri)
@@ -272,6 +347,21 @@ class Measurements:
         assert base.settings is not None
         seed = self.fixed_seed if self.fixed_seed is not None else seed_for(stream, tier.name)
         return dataclasses.replace(base, settings=dataclasses.replace(base.settings, seed=seed))
+
+    def prediction(self, scenario: Scenario, spec: ExperimentSpec) -> LadderPrediction:
+        """Predict-first's observation: the whole ladder on the simulator without noise, as the reconciler computes it
+        (the fleet's interconnect label, the operator's vLLM flags)."""
+        key = (scenario.model.name, scenario.fleet.name, spec.load, spec.model)
+        found = self._predictions.get(key)
+        if found is None:
+            began = time.process_time()
+            arch = architecture_from_spec(spec.model.architecture, None, model_name=spec.model.uri)
+            args = {tier: vllm_args(spec, tier) for tier in ladder_tiers(spec)}
+            preset = arch.name if arch.name in preset_names() else None
+            found = predict_ladder(spec, args, scenario.fleet.gpu_product, scenario.fleet.interconnect, preset)
+            self.predict_cpu_seconds += time.process_time() - began
+            self._predictions[key] = found
+        return found
 
     def load_test(
         self, scenario: Scenario, spec: ExperimentSpec, start: EngineStart, stream: str, tier: Tier, adaptive: bool
@@ -381,7 +471,7 @@ class VirtualCluster:
         )
 
     def observe(self, now: float, status: ExperimentStatus) -> Observations:
-        current = next((t for t in status.tiers if t.phase not in ("Measured", "Skipped", "Failed")), None)
+        current = current_tier(status)
         engine = job = metrics = None
         if current is not None:
             tier = Tier(current.tensor_parallel, current.pipeline_parallel)
@@ -448,7 +538,7 @@ class VirtualCluster:
         if tier in self.engines:
             return
         node = node or self.nodes[0]
-        start = self.m.engine(self.scenario, self.spec, tier, self.scenario.fleet.interconnect, self.stream)
+        start = self.m.engine(self.scenario, self.spec, tier, self.scenario.interconnect, self.stream)
         total, per_gpu = self._weights(tier)
         lm = self.load_model
         seconds = lm.seconds(total, per_gpu) if start.ok else lm.oom_seconds(total, per_gpu, self.gpu.memory_bytes)
@@ -506,6 +596,8 @@ class Variant:
     """Override spec.load.maxAttempts (what-if: no second attempt after a failed or timed-out load test)."""
     skip_short_kv: bool = False
     """What-if (not in the operator): also skip tiers whose estimated KV pool cannot hold the load's concurrency."""
+    predict_first: bool = False
+    """spec.plan.predictFirst: the plan gets the simulator's prediction of the whole ladder (core/predict_first.py)."""
 
 
 REFERENCE = Variant(
@@ -516,8 +608,31 @@ REFERENCE = Variant(
     stream="exhaustive",
     description="every tier, every repeat (independent noise)",
 )
+PREDICT_FIRST = "predict first"
 VARIANTS = (
-    Variant("ladder", skip=True, early_stop=True, adaptive=False, description="kneepoint today: estimator skip + early stop"),
+    Variant(
+        "ladder",
+        skip=True,
+        early_stop=True,
+        adaptive=False,
+        description="the full ladder (predictFirst false): estimator skip + early stop",
+    ),
+    Variant(
+        PREDICT_FIRST,
+        skip=True,
+        early_stop=True,
+        adaptive=False,
+        predict_first=True,
+        description="kneepoint's default: predict the ladder on the simulator, measure what can change the decision",
+    ),
+    Variant(
+        "predict first + adaptive",
+        skip=True,
+        early_stop=True,
+        adaptive=True,
+        predict_first=True,
+        description="predict first with adaptive load-test stopping",
+    ),
     Variant("skip only", skip=True, early_stop=False, adaptive=False, description="lever: skip tiers the estimator rules out"),
     Variant("early stop only", skip=False, early_stop=True, adaptive=False, description="lever: stop as soon as a rule fires"),
     Variant("adaptive only", skip=False, early_stop=False, adaptive=True, description="lever: stop a load test at the stated confidence"),
@@ -560,6 +675,8 @@ class RunResult:
     passes: int
     tiers_measured: int
     status: ExperimentStatus | None = None
+    fallback: str | None = None
+    """Predict-first: why the run fell back to the full ladder (a measurement outside its band)."""
 
     @property
     def gpu_minutes(self) -> float:
@@ -641,6 +758,7 @@ def run_ladder(
     spec = spec or scenario.spec()
     if variant.max_attempts is not None:
         spec = dataclasses.replace(spec, load=dataclasses.replace(spec.load, max_attempts=variant.max_attempts))
+    spec = dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, predict_first=variant.predict_first))
     ladder_spec = spec if variant.early_stop else dataclasses.replace(spec, stop_rules=NEVER_STOP)
     stream = f"{variant.stream}/{seed}"
     cluster = VirtualCluster(scenario, spec, measurements, stream, variant.adaptive, load_model)
@@ -650,7 +768,10 @@ def run_ladder(
     passes = 0
     while passes < max_passes:
         passes += 1
-        step = driver.run_pass(cluster.observe(now, driver.status))
+        obs = cluster.observe(now, driver.status)
+        if variant.predict_first and not driver.status.tiers:
+            obs = dataclasses.replace(obs, prediction=measurements.prediction(scenario, spec))  # needs(): the plan asks
+        step = driver.run_pass(obs)
         if passes == 1 and not variant.skip:
             driver.status = _unskip(driver.status, now)
         if passes == 1 and variant.skip_short_kv and driver.status.phase not in ("Decided", "Failed"):
@@ -672,7 +793,8 @@ def run_ladder(
     decision = outcome.decision
     label = Tier(decision.tensor_parallel, decision.pipeline_parallel).label if decision else None
     measured = sum(1 for t in status.tiers if t.phase == "Measured")
-    return RunResult(variant, label, decision.rule if decision else None, cluster.costs, now - EPOCH, passes, measured, status)
+    fallback = status.prediction.fallback if status.prediction is not None else None
+    return RunResult(variant, label, decision.rule if decision else None, cluster.costs, now - EPOCH, passes, measured, status, fallback)
 
 
 @dataclass(frozen=True)
@@ -777,11 +899,18 @@ def _mode(values: Sequence[Any]) -> str:
     return f"{best[0] or 'none'}" + (f" ({best[1]}/{len(values)})" if len(counts) > 1 else "")
 
 
+def _measured_names(run: RunResult) -> str:
+    tiers = run.status.tiers if run.status is not None else ()
+    return ",".join(str(t.tensor_parallel) for t in tiers if t.phase == "Measured") or "-"
+
+
 def scenario_table(results: Sequence[ScenarioSeed]) -> str:
-    """One row per scenario: decisions, GPU-minutes and wall time of the sweep and the ladder (means over seeds)."""
+    """One row per scenario: decisions, GPU-minutes and wall time of the sweep, the full ladder and predict-first
+    (means over seeds; "measured": TP sizes measured, seed 1; "fallback": runs that fell back to the full ladder)."""
     by_key: dict[str, list[ScenarioSeed]] = {}
     for r in results:
         by_key.setdefault(r.scenario.key, []).append(r)
+    has_pf = all(PREDICT_FIRST in r.variants for r in results)
     rows = []
     for key, rs in by_key.items():
         ref = [r.reference for r in rs]
@@ -789,40 +918,71 @@ def scenario_table(results: Sequence[ScenarioSeed]) -> str:
         agree = sum(1 for a, b in zip(ref, lad) if a.decision == b.decision)
         ref_gm = statistics.fmean(x.gpu_minutes for x in ref)
         lad_gm = statistics.fmean(x.gpu_minutes for x in lad)
-        rows.append(
-            [
-                key,
-                _mode([x.decision for x in ref]),
-                _mode([f"{x.decision} {x.rule}" if x.decision else None for x in lad]),
-                f"{agree}/{len(rs)}",
-                _fmt_min(ref_gm),
-                _fmt_min(lad_gm),
-                f"{lad_gm / ref_gm:.0%}" if ref_gm else "-",
-                f"{statistics.fmean(x.load_gpu_minutes for x in lad) / lad_gm:.0%}" if lad_gm else "-",
-                _fmt_min(statistics.fmean(x.wall_seconds for x in ref) / 60),
-                _fmt_min(statistics.fmean(x.wall_seconds for x in lad) / 60),
-                "/".join(str(x.tiers_measured) for x in (ref[0], lad[0])),
+        row = [
+            key,
+            _mode([x.decision for x in ref]),
+            _mode([f"{x.decision} {x.rule}" if x.decision else None for x in lad]),
+            f"{agree}/{len(rs)}",
+            _fmt_min(ref_gm),
+            _fmt_min(lad_gm),
+            f"{lad_gm / ref_gm:.0%}" if ref_gm else "-",
+            f"{statistics.fmean(x.load_gpu_minutes for x in lad) / lad_gm:.0%}" if lad_gm else "-",
+            _fmt_min(statistics.fmean(x.wall_seconds for x in ref) / 60),
+            _fmt_min(statistics.fmean(x.wall_seconds for x in lad) / 60),
+        ]
+        if has_pf:
+            pf = [r.variants[PREDICT_FIRST] for r in rs]
+            pf_agree = sum(1 for a, b in zip(ref, pf) if a.decision == b.decision)
+            pf_gm = statistics.fmean(x.gpu_minutes for x in pf)
+            row += [
+                _mode([f"{x.decision} {x.rule}" if x.decision else None for x in pf]),
+                f"{pf_agree}/{len(rs)}",
+                _fmt_min(pf_gm),
+                f"{pf_gm / ref_gm:.0%}" if ref_gm else "-",
+                _fmt_min(statistics.fmean(x.wall_seconds for x in pf) / 60),
+                f"{sum(1 for x in pf if x.fallback)}/{len(pf)}",
+                "/".join(_measured_names(x) for x in (ref[0], lad[0], pf[0])),
             ]
-        )
-    return _table(
-        [
-            "scenario (model/fleet/workload)",
-            "sweep decides",
-            "ladder decides (rule)",
-            "same",
-            "sweep GPU-min",
-            "ladder GPU-min",
-            "ratio",
-            "load share",
-            "sweep wall min",
-            "ladder wall min",
-            "measured tiers",
-        ],
-        rows,
+        else:
+            row.append("/".join(_measured_names(x) for x in (ref[0], lad[0])))
+        rows.append(row)
+    headers = [
+        "scenario (model/fleet/workload)",
+        "sweep decides",
+        "ladder decides (rule)",
+        "same",
+        "sweep GPU-min",
+        "ladder GPU-min",
+        "ratio",
+        "load share",
+        "sweep wall min",
+        "ladder wall min",
+    ]
+    if has_pf:
+        headers += ["predict-first decides (rule)", "same", "GPU-min", "ratio", "wall min", "fallback", "measured TP sweep/ladder/pf"]
+    else:
+        headers.append("measured TP sweep/ladder")
+    return _table(headers, rows)
+
+
+def agreement_line(name: str, results: Sequence[ScenarioSeed], variant: str) -> str:
+    """Same decision, GPU-minutes in total and per scenario-seed (median), wall time: ``variant`` against the sweep."""
+    n = len(results)
+    runs = [r.variants[variant] for r in results]
+    agree = sum(1 for r, x in zip(results, runs) if x.decision == r.reference.decision)
+    ratio = sum(x.gpu_minutes for x in runs) / sum(r.reference.gpu_minutes for r in results)
+    per = [x.gpu_minutes / r.reference.gpu_minutes for r, x in zip(results, runs) if r.reference.gpu_minutes]
+    wall = sum(x.wall_seconds for x in runs) / sum(r.reference.wall_seconds for r in results)
+    fallbacks = sum(1 for x in runs if x.fallback)
+    return (
+        f"{name}: same decision in {agree}/{n} scenario-seeds ({agree / n:.1%}; goal >= 95%), GPU-minutes {ratio:.1%} of the "
+        f"sweep in total (goal <= 40%), per scenario-seed median {statistics.median(per):.0%} (goal <= 25%), "
+        f"{sum(1 for x in per if x <= 0.40)}/{len(per)} at or under 40%; wall time {wall:.1%} of the sweep"
+        + (f"; fell back to the full ladder in {fallbacks}" if variant == PREDICT_FIRST else "")
     )
 
 
-def lever_rows(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet]) -> list[list[str]]:
+def lever_rows(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet], variants: Sequence[Variant] = VARIANTS) -> list[list[str]]:
     n = len(results)
     ref_gm = sum(r.reference.gpu_minutes for r in results)
     ref_wall = sum(r.reference.wall_seconds for r in results)
@@ -840,7 +1000,7 @@ def lever_rows(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet]) -> lis
             note,
         ]
 
-    for v in VARIANTS:
+    for v in variants:
         runs = [r.variants[v.name] for r in results]
         rows.append(row(v.name, runs, sum(x.gpu_minutes for x in runs), sum(x.wall_seconds for x in runs), v.description))
     # Independent tiers at once (wall time), from the measured tier durations.
@@ -872,7 +1032,13 @@ def lever_rows(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet]) -> lis
         )
     )
     # Model load apart: what a node-local cache would leave.
-    for name, key in (("ladder, node-local model cache", "ladder"), ("all levers + cache", "all levers")):
+    for name, key in (
+        ("ladder, node-local model cache", "ladder"),
+        ("predict first, node-local model cache", PREDICT_FIRST),
+        ("all levers + cache", "all levers"),
+    ):
+        if not all(key in r.variants for r in results):
+            continue
         runs = [r.variants[key] for r in results]
         load = sum(x.load_gpu_minutes for x in runs)
         cached = sum(x.cached_load_gpu_minutes() for x in runs)
@@ -889,10 +1055,21 @@ def lever_rows(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet]) -> lis
     return rows
 
 
-def lever_table(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet]) -> str:
+def lever_table(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet], variants: Sequence[Variant] = VARIANTS) -> str:
     return _table(
-        ["variant", "same decision as the sweep", "GPU-min", "vs sweep", "wall min", "vs sweep", "what"], lever_rows(results, fleets)
+        ["variant", "same decision as the sweep", "GPU-min", "vs sweep", "wall min", "vs sweep", "what"],
+        lever_rows(results, fleets, variants),
     )
+
+
+def _run_scenario(job: tuple[Scenario, int, LoadModel, AdaptiveStop, Sequence[Variant]]) -> tuple[list[ScenarioSeed], float, float]:
+    """Every seed of one scenario (a worker's unit with --jobs: its own measurement cache)."""
+    scenario, seeds, load_model, rule, variants = job
+    began = time.perf_counter()
+    m = Measurements(rule)
+    out = [run_scenario_seed(scenario, seed, m, load_model, variants) for seed in range(1, seeds + 1)]
+    print(f"  {scenario.key}: done ({time.perf_counter() - began:.0f} s)", file=sys.stderr, flush=True)
+    return out, m.cpu_seconds, m.predict_cpu_seconds
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -904,7 +1081,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--fetch-gbps", type=float, default=LoadModel.fetch_gbps)
     p.add_argument("--h2d-gbps", type=float, default=LoadModel.h2d_gbps)
     p.add_argument("--engine-init-s", type=float, default=LoadModel.engine_init_s)
+    p.add_argument(
+        "--variants",
+        default="all",
+        help=f"comma-separated variants besides the sweep (default all): {', '.join(v.name for v in VARIANTS)}",
+    )
+    p.add_argument("--no-near", action="store_true", help="leave out the near-threshold scenarios")
+    p.add_argument("--jobs", type=int, default=1, help="scenarios run at once in worker processes (default 1)")
     args = p.parse_args(argv)
+    if args.variants == "all":
+        variants = VARIANTS
+    else:
+        wanted = [x.strip() for x in args.variants.split(",") if x.strip()]
+        names = {v.name: v for v in VARIANTS}
+        bad = [x for x in wanted if x not in names]
+        if bad:
+            print(f"decision_cost: --variants: unknown {', '.join(bad)}; allowed: {', '.join(names)}", file=sys.stderr)
+            return 2
+        variants = tuple(names[x] for x in dict.fromkeys(["ladder", *wanted]))
     chosen: dict[str, list[str]] = {}
     for flag, table in (("models", MODELS), ("fleets", FLEETS), ("workloads", WORKLOADS)):
         names = [x.strip() for x in getattr(args, flag).split(",") if x.strip()]
@@ -920,18 +1114,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     rule = AdaptiveStop()
     measurements = Measurements(rule)
     started = time.perf_counter()
-    results = []
-    for scenario in scenarios(chosen["models"], chosen["fleets"], chosen["workloads"]):
-        for seed in range(1, args.seeds + 1):
-            results.append(run_scenario_seed(scenario, seed, measurements, load_model))
-        print(f"  {scenario.key}: done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    base = scenarios(chosen["models"], chosen["fleets"], chosen["workloads"])
+    near_list = [] if args.no_near else near_threshold_scenarios(measurements)
+    jobs = [(sc, args.seeds, load_model, rule, variants) for sc in base + near_list]
+    if args.jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            done = pool.map(_run_scenario, jobs, chunksize=1)
+    else:
+        done = [_run_scenario(job) for job in jobs]
+    results = [r for rs, _, _ in done[: len(base)] for r in rs]
+    near = [r for rs, _, _ in done[len(base) :] for r in rs]
+    measurements.cpu_seconds += sum(c for _, c, _ in done)
+    measurements.predict_cpu_seconds += sum(c for _, _, c in done)
     print(
         f"decision cost: {len(results)} scenario-seeds ({len(results) // args.seeds} scenarios x {args.seeds} seeds), "
         f"noise 0.02, ladder TP 1/2/4/8, default stop rules"
     )
     print(
-        f"model load (assumed): fetch {load_model.fetch_gbps:g} GB/s per engine + shard {load_model.h2d_gbps:g} GB/s per GPU "
-        f"+ {load_model.engine_init_s:g} s engine init; out-of-memory tiers fail after fetch + shard"
+        f"model load: fetch {load_model.fetch_gbps:g} GB/s per engine (assumed) + shard {load_model.h2d_gbps:g} GB/s per GPU "
+        f"+ {load_model.engine_init_s:g} s engine start (real vLLM 0.24, 8B on an H200, cold compile cache: tests/data/vllm); "
+        "out-of-memory tiers fail after fetch + shard"
     )
     print(
         f"adaptive stop: {rule.confidence:.0%} confidence, throughput half-width <= {rule.throughput_rel_half_width:.0%}, "
@@ -940,17 +1144,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(scenario_table(results))
     print()
-    print(lever_table(results, FLEETS))
-    n = len(results)
-    agree = sum(1 for r in results if r.variants["ladder"].decision == r.reference.decision)
-    ratio = sum(r.variants["ladder"].gpu_minutes for r in results) / sum(r.reference.gpu_minutes for r in results)
-    per = [r.variants["ladder"].gpu_minutes / r.reference.gpu_minutes for r in results if r.reference.gpu_minutes]
+    print(lever_table(results, FLEETS, variants))
     print()
-    print(
-        f"ladder vs sweep: same decision in {agree}/{n} scenario-seeds ({agree / n:.1%}; goal >= 95%), "
-        f"GPU-minutes {ratio:.1%} of the sweep in total (goal <= 40%); per scenario-seed median {statistics.median(per):.0%}, "
-        f"{sum(1 for x in per if x <= 0.40)}/{len(per)} at or under 40%"
-    )
+    print(agreement_line(f"ladder vs sweep ({len(results)} scenario-seeds)", results, "ladder"))
+    if any(v.name == PREDICT_FIRST for v in variants):
+        print(agreement_line(f"predict first vs sweep ({len(results)} scenario-seeds)", results, PREDICT_FIRST))
+    if near:
+        print()
+        print(
+            f"near-threshold scenarios (thresholds {NEAR_MARGIN:g} from the predicted figure; mislabelled-link: engines over PCIe on NVLink-labelled nodes):"
+        )
+        print(scenario_table(near))
+        print()
+        if any(v.name == PREDICT_FIRST for v in variants):
+            print(agreement_line(f"predict first vs sweep, near-threshold ({len(near)} scenario-seeds)", near, PREDICT_FIRST))
+            both = results + near
+            print(agreement_line(f"predict first vs sweep, all ({len(both)} scenario-seeds)", both, PREDICT_FIRST))
+    print(f"predictions: {measurements.predict_cpu_seconds:.0f} CPU-s (once per scenario and workload)")
     print(f"simulated load tests: {measurements.cpu_seconds:.0f} CPU-s; benchmark wall {time.perf_counter() - started:.0f} s")
     return 0
 

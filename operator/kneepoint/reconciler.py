@@ -36,6 +36,7 @@ from kneepoint.core.ladder import (
 )
 from kneepoint.core.needs import Needs, needs
 from kneepoint.core.observations import LoadTestState, Observations
+from kneepoint.core.prediction import LadderPrediction
 from kneepoint.core.recommendation import recommendation
 from kneepoint.core.spec import ExperimentSpec, SpecError, parse_spec
 from kneepoint.core.status import ExperimentStatus
@@ -48,6 +49,7 @@ from kneepoint.metrics.prometheus_reader import PrometheusReader
 from kneepoint.metrics.promql import ENGINE_SERIES
 from kneepoint.operator_metrics import OperatorMetrics
 from kneepoint.settings import OperatorSettings
+from kneepoint.simulator import ladder_prediction
 
 log = logging.getLogger("kneepoint.reconciler")
 
@@ -380,6 +382,9 @@ class Reconciler:
             )
         if need.scrape_check is not None:
             not_scraped = await self._scrape_check(spec, name, namespace, need.scrape_check.tier, need.scrape_check.load_test_started, now)
+        prediction = None
+        if need.prediction is not None and product and gpu is not None and arch is not None and not missing:
+            prediction = await self._predict(spec, need.prediction.tiers, product, gpu, fleet, arch_json)
 
         return Observations(
             now=now,
@@ -399,7 +404,21 @@ class Reconciler:
             architecture_json=arch_json,
             product_selectors=tuple(sorted(selectors.items())),
             placement_problem=problem,
+            prediction=prediction,
         )
+
+    async def _predict(
+        self, spec: ExperimentSpec, tiers: tuple[Tier, ...], product: str, gpu: Any, fleet: Any, arch_json: str | None
+    ) -> LadderPrediction:
+        """Predict-first: the whole ladder on the engine simulator (CPU, seconds; in a thread, off the event loop)."""
+        links = [d.interconnect for d in fleet.domains] if fleet is not None and fleet.domains else []
+        interconnect = max(set(links), key=links.count) if links else (gpu.interconnect or "nvlink")
+        if spec.simulation.interconnect != "auto" and spec.mode == "Simulate":
+            interconnect = spec.simulation.interconnect
+        if interconnect not in ("nvlink", "pcie"):
+            interconnect = "pcie"  # a mixed node: the slower link bounds the band
+        args = {tier: manifests.vllm_args(spec, tier) for tier in tiers}
+        return await asyncio.to_thread(ladder_prediction.predict_ladder, spec, args, product, interconnect, arch_json)
 
     async def _load_test(self, namespace: str, name: str, tier: Tier, attempt: int) -> LoadTestState:
         """The load-test Job of this attempt: whether it exists, its outcome and the summary its pod left."""

@@ -55,6 +55,9 @@ BASE_SPEC: dict[str, Any] = {
     "stopRules": {"memoryHeadroom": 0.01, "minThroughputGain": 0.001, "maxP99Degradation": 1.0, "maxCommFraction": 1.0},
     "placement": {"gpuProduct": "NVIDIA-H200"},
     "budget": {"tierTimeoutSeconds": 90, "loadTestTimeoutSeconds": 90},
+    # The fault and resilience suites are about the full ladder (every tier deployed, faults injected into each):
+    # predict-first would leave TP1 Predicted here (TP2 wins by last-tier, far from every threshold).
+    "plan": {"predictFirst": False},
 }
 
 

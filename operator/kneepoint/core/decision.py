@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from kneepoint.core import concurrency_search
 from kneepoint.core.gpus import find_gpu_type
+from kneepoint.core.prediction import decision_basis, decision_view
 from kneepoint.core.record_table import format_comparison_line, format_go_on, format_memory_line, format_stay, format_tier_line
 from kneepoint.core.replicas_cost import SOURCE_MEASURED, CapacityPlan, cost_per_million_tokens, plan_capacity
 from kneepoint.core.rule_names import BUDGET, LAST_TIER, MEMORY_HEADROOM, ONLY_TIER, RULES
@@ -34,6 +35,7 @@ from kneepoint.core.status import (
     TIER_LOAD_TESTING,
     TIER_MEASURED,
     TIER_PENDING,
+    TIER_PREDICTED,
     TIER_SKIPPED,
     TIER_WAITING,
     ConcurrencySearch,
@@ -162,12 +164,15 @@ def decide(
     tiers = tuple(tiers)
     _check_ladder_order(tiers)
     rules = spec.stop_rules
-    filled = fill_tier_figures(spec, tiers)
+    # Predict-first: a Predicted tier is compared by its predicted figures (core/prediction.py).
+    filled = fill_tier_figures(spec, decision_view(tiers))
 
     verdicts: list[RuleVerdict] = []
     considered: list[RuleVerdict] = []  # verdicts up to and including the deciding one
     comparisons: list[str] = []
     steps: list[StepEvaluation] = []
+    considered_steps: list[StepEvaluation] = []  # steps up to and including the deciding one
+    memory_tier: TierResult | None = None  # the tier the memory rule read
     decided: TierResult | None = None
     rule = ""
     fired: tuple[str, ...] = ()
@@ -188,6 +193,7 @@ def decide(
             last_line = format_tier_line(tier)
             if tier.gpus == 1:
                 verdict = check_memory_headroom(tier, rules.memory_headroom, _catalogue_gpu_memory_gib(spec))
+                memory_tier = tier
                 verdicts.append(verdict)
                 considered.append(verdict)
                 last_line = format_memory_line(
@@ -215,6 +221,7 @@ def decide(
             block = [line, conclusion]
             if decided is None:
                 considered.extend(step.verdicts)
+                considered_steps.append(step)
                 last_line = line
                 if step.fired:
                     decided, rule, fired = previous, step.fired[0], step.fired
@@ -227,6 +234,8 @@ def decide(
             comparisons.append("\n".join(block))
         previous = tier
 
+    # The tiers as given (a Predicted tier stays Predicted in status), with the figures filled on measured ones.
+    filled = tuple(t if t.phase == TIER_PREDICTED else f for t, f in zip(tiers, filled))
     measured_before_block = previous  # the last measured tier the scan reached
     if decided is None:
         if blocked is not None and not budget_stopped:
@@ -282,6 +291,7 @@ def decide(
         simulated=True if simulated else None,
         multi_node=decided.multi_node,
         nodes=decided.nodes if decided.multi_node else None,
+        basis=decision_basis(tiers, considered_steps, memory_tier),
     )
     msg = f"decided: {tier_label(decided)} x {plan.replicas} replica(s) (rule {rule}, {decision.classification})"
     return DecisionOutcome(decision, filled, comparisons, tuple(verdicts), STATE_DECIDED, msg, tuple(steps), plan)

@@ -15,6 +15,7 @@ from kneepoint.core.ladder_state import (
     group_size,
     tier_of,
 )
+from kneepoint.core.predict_first import verify
 from kneepoint.core.status import TIER_FAILED, TIER_SKIPPED, TierResult
 from kneepoint.core.tiers import Tier
 from kneepoint.core.timestamps import parse_rfc3339
@@ -56,6 +57,8 @@ def skip_remaining(p: Pass, why: str) -> None:
 
 
 def decide_or_continue(p: Pass) -> None:
+    # Predict-first: a measurement outside its band, or one that moved the decision, puts predicted tiers back.
+    verify(p)
     outcome = decide(p.spec, p.status.tiers)
     p.status = replace(p.status, tiers=tuple(outcome.tiers))
     if outcome.decision is None:

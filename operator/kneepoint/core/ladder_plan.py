@@ -9,6 +9,7 @@ from kneepoint.core.gpus import GIB
 from kneepoint.core.ladder_finish import finish
 from kneepoint.core.ladder_state import Pass, estimate, is_multi_node, ladder_tiers
 from kneepoint.core.observations import Observations
+from kneepoint.core.predict_first import apply_prediction
 from kneepoint.core.status import TIER_PENDING, TIER_SKIPPED, TierResult, get_condition
 
 # How often a plan that failed for a missing PVC or Secret looks again (no watch on either).
@@ -166,7 +167,8 @@ def plan(p: Pass, spec_hash: str) -> None:
         gpu_minutes_total=p.status.gpu_minutes_total or 0.0,
     )
     p.progressed = True
-    runnable = [r for r in results if r.phase == TIER_PENDING]
+    apply_prediction(p)  # predict-first: tiers that cannot change the decision become Predicted
+    runnable = [r for r in p.status.tiers if r.phase == TIER_PENDING]
     summary = "; ".join(lines)
     p.condition(reasons.PLANNED, "True", reasons.PLAN_READY, f"Ladder planned: {summary}.")
     p.event(reasons.PLAN_READY, f"Ladder planned: {summary}")

@@ -8,6 +8,7 @@ from kneepoint.core import reasons, stop_rules
 from kneepoint.core.actions import DeleteAllChildren, PublishRecommendation
 from kneepoint.core.decision import decide
 from kneepoint.core.ladder_state import ACTIVE_TIER_PHASES, Pass, tier_of
+from kneepoint.core.predict_first import reopen_for_rule_change
 from kneepoint.core.status import SEARCH_FINISHED, ExperimentStatus
 from kneepoint.core.tiers import Tier
 from kneepoint.core.timestamps import parse_rfc3339
@@ -47,6 +48,8 @@ def restart_for_spec_change(p: Pass, spec_hash: str, after_failure: bool = False
 
 def redecide_after_rule_change(p: Pass) -> None:
     """Stop rules or capacity changed after the decision: decide again from the same measurements."""
+    if reopen_for_rule_change(p):  # predict-first: the new rules need a predicted tier measured
+        return
     old = p.status.decision
     # A ladder the budget ended stays ended: re-deciding must not turn it into last-tier.
     outcome = decide(p.spec, p.status.tiers, budget_stopped=bool(old and old.rule == stop_rules.BUDGET), search=p.status.concurrency_search)

@@ -24,6 +24,7 @@ from kneepoint.core.status import (
     TIER_FAILED,
     TIER_LOAD_TESTING,
     TIER_MEASURED,
+    TIER_PREDICTED,
     TIER_SKIPPED,
     TIER_WAITING,
     ExperimentStatus,
@@ -34,7 +35,7 @@ from kneepoint.core.status import (
 from kneepoint.core.tiers import Tier, build_ladder
 from kneepoint.core.timestamps import rfc3339
 
-TERMINAL_TIER_PHASES = (TIER_MEASURED, TIER_SKIPPED, TIER_FAILED)
+TERMINAL_TIER_PHASES = (TIER_MEASURED, TIER_SKIPPED, TIER_FAILED, TIER_PREDICTED)
 ACTIVE_TIER_PHASES = (TIER_DEPLOYING, TIER_LOAD_TESTING, TIER_COLLECTING)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kneepoint.core.concurrency_search import is_searching
-from kneepoint.core.ladder import LadderSettings, current_tier, group_size, recorded_gpu_product, tier_of
+from kneepoint.core.ladder import LadderSettings, current_tier, group_size, ladder_tiers, recorded_gpu_product, tier_of
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.status import (
     SEARCH_DEPLOYING,
@@ -73,6 +73,13 @@ class ScrapeCheckNeed:
 
 
 @dataclass(frozen=True)
+class PredictionNeed:
+    """Predict-first: the whole ladder run on the engine simulator before the plan (an adapter computes it)."""
+
+    tiers: tuple[Tier, ...]
+
+
+@dataclass(frozen=True)
 class Needs:
     """The reads of one pass; every one left out is not made."""
 
@@ -89,6 +96,7 @@ class Needs:
     load_test: LoadTestNeed | None = None
     metrics: MetricsNeed | None = None
     scrape_check: ScrapeCheckNeed | None = None
+    prediction: PredictionNeed | None = None
 
 
 def needs(spec: ExperimentSpec, status: ExperimentStatus, settings: LadderSettings | None = None) -> Needs:
@@ -110,6 +118,8 @@ def needs(spec: ExperimentSpec, status: ExperimentStatus, settings: LadderSettin
         # Only a Pending or Waiting tier can be given GPUs (EnsureEngine); planning reads the fleet without the lock.
         capacity=CapacityNeed(tier, join_queue=phase == TIER_WAITING) if (measure and placing and tier is not None) else None,
         leader_worker_set_api=group and placing,
+        # Predict-first in Measure mode only: in Simulate mode the measurement is the simulator itself.
+        prediction=PredictionNeed(tuple(ladder_tiers(spec))) if (planning and measure and spec.plan.predict_first) else None,
     )
     if current is None and not planning:
         return _search_needs(spec, status, out)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kneepoint.core.prediction import LadderPrediction
+
 # Why an engine could not start, as read from pods and events.
 START_UNSCHEDULABLE = "Unschedulable"
 START_OUT_OF_MEMORY = "OutOfMemory"
@@ -151,6 +153,8 @@ class Observations:
     probe's); an engine selects on that one, so a tier that looked schedulable is."""
     placement_problem: str | None = None
     """Why no node can ever hold the experiment (naming the spec field), read where the fleet view is empty."""
+    prediction: LadderPrediction | None = None
+    """Predict-first: the whole ladder run on the engine simulator, asked for by the plan (needs.prediction)."""
 
     @property
     def require_nvlink(self) -> bool:

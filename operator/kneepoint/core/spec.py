@@ -464,6 +464,19 @@ class SimulationSpec:
 
 
 @dataclass(frozen=True)
+class PlanSpec:
+    """How the ladder chooses what to measure."""
+
+    predict_first: bool = api_field(
+        "Run the whole ladder on the engine simulator first and measure only the tiers whose measurement could change "
+        "the decision (the predicted winner, the tier that proves the stop, a lower tier whose comparison is within the "
+        "simulator's error band of a threshold); a measurement outside its band falls back to every tier. Measure mode "
+        "only (in Simulate mode the measurement is the simulator). false: measure every tier the ladder reaches.",
+        default=True,
+    )
+
+
+@dataclass(frozen=True)
 class KServeExportSpec:
     """How the decided tier is exported as a KServe InferenceService."""
 
@@ -517,6 +530,7 @@ class ExperimentSpec:
     cleanup: CleanupSpec = api_field("Cleanup policy.", default_factory=CleanupSpec)
     simulation: SimulationSpec = api_field("Simulate-mode settings.", default_factory=SimulationSpec)
     export: ExportSpec = api_field("How the decision is exported (KServe).", default_factory=ExportSpec)
+    plan: PlanSpec = api_field("What the ladder measures (predict-first).", default_factory=PlanSpec)
 
     # Derived values, so callers never re-implement the defaults.
     @property

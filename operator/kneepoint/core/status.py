@@ -22,6 +22,7 @@ TIER_LOAD_TESTING = "LoadTesting"
 TIER_COLLECTING = "Collecting"  # reading Prometheus over the load test's window
 TIER_MEASURED = "Measured"
 TIER_FAILED = "Failed"
+TIER_PREDICTED = "Predicted"  # predict-first: not deployed; the simulator's figures stand in (core/predict_first.py)
 TIER_PHASES = (
     TIER_PENDING,
     TIER_SKIPPED,
@@ -31,6 +32,7 @@ TIER_PHASES = (
     TIER_COLLECTING,
     TIER_MEASURED,
     TIER_FAILED,
+    TIER_PREDICTED,
 )
 
 PHASES = ("Pending", "Planning", "Profiling", "Decided", "Failed")
@@ -64,6 +66,41 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class TierPrediction:
+    """Predict-first: what the simulator predicted for this tier before anything was deployed, with its error band."""
+
+    output_tokens_per_second: float | None = api_field("Predicted output tokens per second.", default=None)
+    latency_p99_ms: float | None = api_field("Predicted end-to-end latency P99, ms.", default=None)
+    comm_fraction: float | None = api_field("Predicted share of step time in collectives, 0-1.", default=None)
+    peak_memory_gi_b: float | None = api_field(
+        "Predicted needed peak memory per GPU, GiB (weights + predicted peak KV usage x pool + overhead).",
+        default=None,
+        json_name="peakMemoryGiB",
+    )
+    load_test_seconds: float | None = api_field("Predicted seconds of the load test (warm-up and every repeat).", default=None)
+    failure: str | None = api_field(
+        "Why the tier is predicted to fail without a measurement (its load test would outlast budget.loadTestTimeoutSeconds).",
+        default=None,
+    )
+    start_failure: str | None = api_field(
+        "The simulated engine did not start (vLLM's line): such a tier is still deployed, as vLLM's own start check decides fit.",
+        default=None,
+    )
+    throughput_band: float = api_field("Relative error band of the throughput figure (0.05 = +-5 %).", default=0.0)
+    p99_band: float = api_field("Relative error band of the P99 figure.", default=0.0)
+    scaling_band: float = api_field(
+        "Relative error band of this tier's figures over the 1-GPU tier's (the simulator's TP-scaling error; 0 at one "
+        "GPU): what a comparison between two predicted tiers can be off by, the 1-GPU calibration cancelling.",
+        default=0.0,
+    )
+    comm_band: float = api_field("Absolute error band of the communication share (0.2 = +-20 points).", default=0.0)
+    memory_band: float = api_field("Relative error band of the needed-memory figure.", default=0.0)
+    outside_band: str | None = api_field(
+        "Set once the tier was measured and a figure fell outside its band (the ladder then fell back to every tier).", default=None
+    )
+
+
+@dataclass(frozen=True)
 class TierResult:
     """What one tier measured (or why it was not measured). Units are in the field names."""
 
@@ -71,7 +108,11 @@ class TierResult:
     pipeline_parallel: int = api_field("Pipeline-parallel size.", default=1)
     gpus: int = api_field("GPUs per replica (tensorParallel x pipelineParallel).", default=1)
     name: str | None = api_field("Tier name, tpN-ppM.", default=None)
-    phase: str = api_field("Pending, Skipped, Waiting, Deploying, LoadTesting, Collecting, Measured or Failed.", default=TIER_PENDING)
+    phase: str = api_field(
+        "Pending, Skipped, Waiting, Deploying, LoadTesting, Collecting, Measured, Failed or Predicted (predict-first: "
+        "not deployed, its measurement could not change the decision; see prediction).",
+        default=TIER_PENDING,
+    )
     reason: str | None = api_field("Why the tier is in this phase (does-not-fit numbers, failure reason).", default=None)
     does_not_fit: bool | None = api_field("True when the tier was skipped or failed because the model does not fit.", default=None)
     simulated: bool | None = api_field("True when the numbers come from the engine simulator, not GPUs.", default=None)
@@ -190,6 +231,23 @@ class TierResult:
     )
     missing_metrics: tuple[str, ...] | None = api_field("Metrics Prometheus did not return for this tier.", default=None)
     client_limited: bool | None = api_field("True when the load generator, not the server, limited the run.", default=None)
+    prediction: TierPrediction | None = api_field(
+        "Predict-first (spec.plan.predictFirst): the simulator's figures for this tier and their error bands; a Predicted "
+        "tier's comparisons use them.",
+        default=None,
+    )
+
+
+@dataclass(frozen=True)
+class DecisionBasis:
+    """Predict-first: which comparisons of the decision were measured on both sides and which used a predicted tier."""
+
+    measured: tuple[str, ...] = api_field("Comparisons between measured tiers (TP4 -> TP8; TP1 memory), in ladder order.", default=())
+    predicted: tuple[str, ...] = api_field(
+        "Comparisons that read a predicted tier, with the predicted figure and its band, in ladder order.", default=()
+    )
+    measured_tiers: tuple[str, ...] = api_field("Tiers measured.", default=())
+    predicted_tiers: tuple[str, ...] = api_field("Tiers predicted, not measured.", default=())
 
 
 @dataclass(frozen=True)
@@ -300,6 +358,23 @@ class Decision:
         default=None,
     )
     nodes: int | None = api_field("Nodes one replica of the decided tier spans, when multiNode.", default=None)
+    basis: DecisionBasis | None = api_field(
+        "Predict-first: the measured comparisons and the neighbouring comparisons that were predicted.", default=None
+    )
+
+
+@dataclass(frozen=True)
+class PredictionStatus:
+    """Predict-first: the decision the simulator predicted before anything was deployed, and what was measured because of it."""
+
+    predicted_tier: str | None = api_field("The tier the whole ladder on the simulator decided (TP4).", default=None)
+    predicted_rule: str | None = api_field("The rule that decided it there.", default=None)
+    measure: tuple[str, ...] = api_field("Tiers chosen to be measured, in ladder order.", default=())
+    predicted: tuple[str, ...] = api_field("Tiers left predicted (not deployed).", default=())
+    band_source: str = api_field("Where the error bands come from.", default="")
+    fallback: str | None = api_field(
+        "Set when a measurement fell outside its predicted band: every predicted tier was put back to be measured.", default=None
+    )
 
 
 @dataclass(frozen=True)
@@ -347,6 +422,10 @@ class ExperimentStatus:
     )
     gpu_minutes_total: float | None = api_field("GPU-minutes spent by all tiers and the concurrency search.", default=None)
     simulated: bool | None = api_field("True when mode is Simulate.", default=None)
+    prediction: PredictionStatus | None = api_field(
+        "Predict-first (spec.plan.predictFirst): the predicted decision, the tiers measured because of it, any fallback.",
+        default=None,
+    )
     started_at: str | None = api_field("When profiling started.", default=None)
     finished_at: str | None = api_field("When the experiment was Decided or Failed.", default=None)
     message: str | None = api_field("Latest progress line.", default=None)

@@ -11,7 +11,7 @@ import pytest
 from ladder_driver import T0, make_spec
 
 from kneepoint.core.ladder import LadderSettings, rfc3339
-from kneepoint.core.needs import CapacityNeed, EngineNeed, LoadTestNeed, MetricsNeed, Needs, ScrapeCheckNeed, needs
+from kneepoint.core.needs import CapacityNeed, EngineNeed, LoadTestNeed, MetricsNeed, Needs, PredictionNeed, ScrapeCheckNeed, needs
 from kneepoint.core.status import ExperimentStatus, TierResult
 from kneepoint.core.tiers import Tier
 
@@ -35,14 +35,28 @@ def status(*tiers):
 
 
 def test_needs_planning():
-    # (mode, product) -> needs of the pass that plans
+    # (mode, product) -> needs of the pass that plans; predict-first (the default) asks for the simulator's ladder
+    ladder = PredictionNeed((Tier(1), Tier(2), Tier(4), Tier(8)))
     table = [
-        ("Measure", "NVIDIA-H200", Needs(architecture=True, missing_objects=True, fleet=True, gpu_product="NVIDIA-H200")),
-        ("Measure", None, Needs(architecture=True, missing_objects=True, fleet=True)),
+        (
+            "Measure",
+            "NVIDIA-H200",
+            Needs(architecture=True, missing_objects=True, fleet=True, gpu_product="NVIDIA-H200", prediction=ladder),
+        ),
+        ("Measure", None, Needs(architecture=True, missing_objects=True, fleet=True, prediction=ladder)),
+        # Simulate mode: the measurement is the simulator itself, nothing to predict.
         ("Simulate", "NVIDIA-H200", Needs(architecture=True, missing_objects=True, gpu_product="NVIDIA-H200")),
     ]
     for mode, product, expected in table:
         assert needs(spec(mode, product), ExperimentStatus()) == expected, (mode, product)
+
+
+def test_needs_planning_without_predict_first():
+    s = spec()
+    s = replace(s, plan=replace(s.plan, predict_first=False))
+    assert needs(s, ExperimentStatus()).prediction is None
+    # Only the plan asks: once planned, no pass predicts again.
+    assert needs(spec(), status(tier())).prediction is None
 
 
 @pytest.mark.parametrize("phase", ["Pending", "Waiting"])

@@ -1,0 +1,57 @@
+"""Predict-first through the reconciler: the plan pass asks for the prediction (needs), the reconciler has the
+simulator adapter compute it, and the core leaves Predicted the tiers that cannot change the decision."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fake_cluster import FakeApi, node
+
+from kneepoint.core.status import ExperimentStatus
+from kneepoint.reconciler import Reconciler
+from kneepoint.settings import OperatorSettings
+
+
+def experiment(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kneepoint.io/v1alpha1",
+        "kind": "ParallelismExperiment",
+        "metadata": {"name": "x", "namespace": "ns", "uid": "uid-x", "generation": 1},
+        "spec": {
+            "model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "architecture": {"preset": "llama-3-8b"}},
+            "tiers": {"tensorParallel": [1, 2, 4, 8]},
+            "load": {"concurrency": 32, "numRequests": 100, "inputLen": 1024, "outputLen": 256},
+            "placement": {"gpuProduct": "NVIDIA-H200"},
+            **spec,
+        },
+    }
+
+
+def plan(body: dict[str, Any]) -> tuple[ExperimentStatus, FakeApi]:
+    api = FakeApi([node("h200-0")])
+    api.objects["x"] = body
+    r = Reconciler(api, api, OperatorSettings(), clock=lambda: 1_800_000_000.0)  # type: ignore[arg-type]
+    api.ledger_lock = r.ledger.lock
+    asyncio.run(r.reconcile("x", "ns"))
+    return ExperimentStatus.from_dict(api.objects["x"].get("status")), api
+
+
+def test_the_plan_predicts_the_ladder_and_deploys_only_what_can_change_the_decision() -> None:
+    status, api = plan(experiment())
+    # The 8B model at concurrency 32 holds one H200 with headroom: the simulator predicts TP1 by memory-headroom.
+    assert status.prediction is not None and status.prediction.predicted_tier == "TP1"
+    assert status.prediction.predicted_rule == "memory-headroom"
+    assert [t.phase for t in status.tiers][1:] == ["Predicted", "Predicted", "Predicted"]
+    assert "benchmarks/predict_bands.py" in status.prediction.band_source
+    tp2 = status.tiers[1].prediction
+    assert tp2 is not None and tp2.output_tokens_per_second and tp2.throughput_band > status.tiers[0].prediction.throughput_band
+    deployments = [b for b in api.created if b["kind"] == "Deployment"]
+    assert len(deployments) == 1 and deployments[0]["metadata"]["name"].endswith("tp1-pp1")
+
+
+def test_predict_first_false_plans_every_tier() -> None:
+    status, _ = plan(experiment(plan={"predictFirst": False}))
+    assert status.prediction is None
+    assert all(t.prediction is None for t in status.tiers)
+    assert "Predicted" not in [t.phase for t in status.tiers]

@@ -1,0 +1,62 @@
+"""The predict-first adapter: the ladder on the simulator, held to real vLLM where a capture exists (tests/data/vllm)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from kneepoint.core.ladder import ladder_tiers
+from kneepoint.core.spec import parse_spec
+from kneepoint.core.tiers import Tier
+from kneepoint.kube.manifests import vllm_args
+from kneepoint.simulator import ladder_prediction as lp
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = parse_spec(yaml.safe_load((ROOT / "deploy" / "examples" / "experiment.yaml").read_text())["spec"])
+
+
+def test_tp1_is_predicted_within_its_band_of_real_vllm() -> None:
+    # The operator's c32 workload on real vLLM 0.24 (one H200): the load-test Job's flags exactly.
+    real = json.loads((ROOT / "tests" / "data" / "vllm" / "8b-tp1-loadgen-c32-operator.json").read_text())["summary"]
+    pred = lp.predict_ladder(EXAMPLE, {Tier(1): vllm_args(EXAMPLE, Tier(1))}, "NVIDIA-H200", "nvlink", "llama-3-8b")
+    tp1 = pred.forecast(Tier(1))
+    assert tp1 is not None and tp1.start_failure is None
+    assert abs(tp1.output_tokens_per_second / real["outputTokensPerSecond"] - 1) <= tp1.throughput_band
+    assert abs(tp1.latency_p99_ms / real["latencyP99Ms"] - 1) <= tp1.p99_band
+    assert tp1.comm_fraction is None and tp1.scaling_band == 0.0
+
+
+def test_the_shipped_bands_cover_every_real_vllm_capture() -> None:
+    # benchmarks/predict_bands.py: every capture of tests/data/vllm replayed the way the prediction runs.
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("predict_bands", ROOT / "benchmarks" / "predict_bands.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.errors()
+    assert len(rows) >= 10
+    assert max(abs(r[2]) for r in rows) <= lp.TP1_THROUGHPUT_BAND
+    assert max(abs(r[4]) for r in rows) <= lp.TP1_P99_BAND
+
+
+def test_bands_grow_with_tp_and_over_pcie() -> None:
+    assert lp.bands(Tier(1), "nvlink") == (0.03, 0.42, 0.0)
+    t, p, s = lp.bands(Tier(4), "nvlink")
+    assert (round(t, 3), round(p, 3), s) == (0.163, 0.553, 0.133)
+    assert lp.bands(Tier(4), "pcie")[2] == 0.263
+
+
+def test_a_70b_engine_that_does_not_fit_one_gpu_is_predicted_not_to_start() -> None:
+    spec = parse_spec(yaml.safe_load((ROOT / "deploy" / "examples" / "large-model.yaml").read_text())["spec"])
+    tiers = [t for t in ladder_tiers(spec) if t.gpus <= 2]
+    pred = lp.predict_ladder(spec, {t: vllm_args(spec, t) for t in tiers}, "NVIDIA-H200", "nvlink", spec.model.architecture.preset)
+    tp1 = pred.forecast(Tier(1))
+    # Real vLLM's line at TP1 (tests/data/vllm/70b-tp1-does-not-fit.log).
+    assert tp1 is not None and "No available memory for the cache blocks" in (tp1.start_failure or "")
+    tp2 = pred.forecast(Tier(2))
+    assert tp2 is not None and tp2.start_failure is None and (tp2.output_tokens_per_second or 0) > 0
