@@ -60,3 +60,18 @@ def test_a_70b_engine_that_does_not_fit_one_gpu_is_predicted_not_to_start() -> N
     assert tp1 is not None and "No available memory for the cache blocks" in (tp1.start_failure or "")
     tp2 = pred.forecast(Tier(2))
     assert tp2 is not None and tp2.start_failure is None and (tp2.output_tokens_per_second or 0) > 0
+
+
+def test_like_experiments_share_one_prediction_and_a_changed_workload_makes_its_own() -> None:
+    import dataclasses
+
+    args = {Tier(1): vllm_args(EXAMPLE, Tier(1))}
+    first = lp.predict_ladder(EXAMPLE, args, "NVIDIA-H200", "nvlink", "llama-3-8b")
+    again = lp.predict_ladder(EXAMPLE, {Tier(1): list(args[Tier(1)])}, "NVIDIA-H200", "nvlink", "llama-3-8b")
+    assert again is first
+    shorter = dataclasses.replace(EXAMPLE, load=dataclasses.replace(EXAMPLE.load, output_len=EXAMPLE.load.output_len // 2))
+    other = lp.predict_ladder(shorter, args, "NVIDIA-H200", "nvlink", "llama-3-8b")
+    assert other is not first
+    t_other, t_first = other.forecast(Tier(1)), first.forecast(Tier(1))
+    assert t_other is not None and t_first is not None
+    assert t_other.latency_p99_ms < t_first.latency_p99_ms
