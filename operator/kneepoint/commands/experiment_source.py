@@ -15,6 +15,7 @@ the Kubernetes client is imported only when a name, not a file, is given.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -125,7 +126,16 @@ def _convert(value: Any, key: str, where: str, from_text: bool) -> Any:
                 raise InputError(f"{field_path}: expected a whole number, got {value!r}")
             return int(number)
         return float(number)
-    raise InputError(f"{field_path}: unsupported field")  # pragma: no cover - every TierResult field is covered above
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp) and not from_text:
+        # A nested record the operator writes (predict-first's tier prediction): its own keys, as status has them.
+        if not isinstance(value, Mapping):
+            raise InputError(f"{field_path}: expected a mapping, got {value!r}")
+        known = {json_name(f) for f in fields(tp)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise InputError(f"{field_path}.{unknown[0]}: unknown field; expected one of {', '.join(sorted(known))}")
+        return from_json(tp, value)
+    raise InputError(f"{field_path}: not a CSV column" if from_text else f"{field_path}: unsupported field")
 
 
 def parse_tier(data: Any, where: str, from_text: bool = False) -> TierResult:

@@ -195,3 +195,17 @@ def test_real_process_prints_the_decision_without_traceback(tmp_path):
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
     assert "status.tiers[0].gpus: expected a whole number, got 'x'" in bad.stderr
+
+
+def test_a_tier_with_predict_firsts_prediction_is_read_and_a_bad_nested_key_named(tmp_path):
+    # status.tiers[].prediction is what predict-first writes (kneepoint demo and report read such a status).
+    doc = example_doc()
+    measured = next(t for t in doc["status"]["tiers"] if t.get("phase") == "Measured")
+    measured["prediction"] = {"outputTokensPerSecond": 3205.0, "latencyP99Ms": 2499.0, "throughputBand": 0.03, "p99Band": 0.42}
+    result = run(write(tmp_path, "predicted.yaml", yaml.safe_dump(doc)))
+    assert result.exit_code == 0, result.output
+    assert "decision:" in result.stdout
+    measured["prediction"] = {"tokensPerSecond": 1.0}
+    result = run(write(tmp_path, "bad.yaml", yaml.safe_dump(doc)))
+    assert result.exit_code == 2
+    assert "prediction.tokensPerSecond: unknown field; expected one of" in result.output
