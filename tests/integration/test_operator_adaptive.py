@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from experiment_api import Cluster, example_spec, experiment, is_finished, tier
+from experiment_api import NO_SEARCH, Cluster, example_spec, experiment, is_finished, tier
 
 from kneepoint.kube import naming
 
@@ -32,7 +32,8 @@ def test_the_load_test_job_stops_early_and_the_tier_is_recorded(sandbox: Any, op
     name = "llama-8b-adaptive"
     with sandbox.api_client() as api:
         exps = Cluster(api)
-        exps.create(experiment(name, namespace, base=example_spec("experiment.yaml", load=ADAPTIVE_LOAD)))
+        # The example turns the concurrency search on; its point Jobs would be read here too: this case is the ladder's Job.
+        exps.create(experiment(name, namespace, base=example_spec("experiment.yaml", load=ADAPTIVE_LOAD, capacity=NO_SEARCH)))
         # The Job and its pod are deleted once the tier is recorded: read its args and termination message while they exist.
         args: list[str] | None = None
         message: str | None = None
