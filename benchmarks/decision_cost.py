@@ -65,8 +65,8 @@ from kneepoint.core.spec import ExperimentSpec, StopRulesSpec, parse_spec
 from kneepoint.core.status import TIER_PENDING, TIER_SKIPPED, ExperimentStatus, set_condition
 from kneepoint.core.tiers import Tier
 from kneepoint.kube.manifests import vllm_args
-from kneepoint.simulator.ladder_prediction import predict_ladder
-from kneepoint.simulator.virtual_tier import AdaptiveStop, EngineStart, TierMeasurement, Workload, run_load_test, start_engine
+from kneepoint.simulator.ladder_prediction import predict_ladder, workload_of
+from kneepoint.simulator.virtual_tier import AdaptiveStop, EngineStart, TierMeasurement, run_load_test, start_engine
 
 # The ladder's passes are run by the same driver as its unit tests (tests/unit/core/ladder_driver.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit" / "core"))
@@ -292,21 +292,6 @@ class LoadModel:
 
 def seed_for(*parts: Any) -> int:
     return zlib.crc32("/".join(str(p) for p in parts).encode()) & 0x7FFFFFFF
-
-
-def workload_of(spec: ExperimentSpec) -> Workload:
-    """The load generator's flags the operator's Job passes (kube.manifests.loadgen_args)."""
-    load = spec.load
-    return Workload(
-        concurrency=load.concurrency,
-        num_requests=load.num_requests,
-        input_len=load.input_len,
-        output_len=load.output_len,
-        api="chat" if load.endpoint == "ChatCompletions" else "completions",
-        seed=load.seed,
-        warmup_requests=load.warmup_requests,
-        repeats=load.repeats,
-    )
 
 
 class Measurements:
