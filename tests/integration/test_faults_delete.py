@@ -101,8 +101,12 @@ def test_deleting_an_experiment_mid_tier_removes_every_child_and_frees_its_gpus(
                 while sum((held := cluster.gpus_held([ns])).values()) != 2 and time.monotonic() < deadline:
                     time.sleep(0.2)
                 assert sum(held.values()) == 2, held
-                running = _processes_of(ns)
-                assert running, f"no engine process found for {ns}"
+                # The sandbox runner starts a bound pod's process when its pod watch reports the
+                # binding: on a loaded machine that comes a few seconds after the pod holds GPUs.
+                deadline = time.monotonic() + 30
+                while not (running := _processes_of(ns)) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                assert running, f"no engine process found for {ns} 30 s after its pod was bound"
                 pids = {int(line.split()[0]) for line in running}
                 started = time.monotonic()
                 cluster.delete(ns, name)
