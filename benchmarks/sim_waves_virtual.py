@@ -7,10 +7,10 @@ starved process's lost throughput); this replays the same model with none of tha
 of the model can be judged on a loaded machine. Figures as the load generator computes them
 (percentiles: its numpy-linear rule), medians over --seeds step-noise seeds, beside real vLLM's.
 
-    .venv/bin/python benchmarks/sim_waves_virtual.py [--async] [--intake-serial-us 8] [--delay-ms 0] [--seeds 4] [--only r3-c64,c128]
+    .venv/bin/python benchmarks/sim_waves_virtual.py [--no-async] [--intake-serial-us 2.1] [--delay-ms 0] [--seeds 4] [--only r3-c64,c128]
 
-`--async` admits requests as vLLM 0.24's asynchronous scheduling does (`SchedulerConfig.
-async_scheduling`); `--intake-serial-us` sets the serial part of the API-server intake per prompt
+`--no-async` plans each step when the previous one ends instead of as vLLM 0.24's asynchronous
+scheduling does (`SchedulerConfig.async_scheduling`, on in `kneepoint sim`); `--intake-serial-us` sets the serial part of the API-server intake per prompt
 token (`serving.apiSerialUsPerPromptToken`; the rest overlaps, `simulator.intake`); `--delay-ms` adds a fixed delay between a finish and the next
 request's arrival at the API server. Each request's times count from its send; prompts are
 1025 tokens (the simulator's count of the captures' 1024 words), outputs as the capture's.
@@ -108,7 +108,13 @@ def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, asyn
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--async", dest="async_", action="store_true", help="vLLM 0.24's asynchronous scheduling")
+    parser.add_argument(
+        "--async",
+        dest="async_",
+        action=argparse.BooleanOptionalAction,
+        default=SimulatorSettings.async_scheduling,
+        help="vLLM 0.24's asynchronous scheduling",
+    )
     parser.add_argument("--intake-serial-us", type=float, default=None, help="default: the shipped calibration's")
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--seeds", type=int, default=4)

@@ -68,6 +68,8 @@ class SimulatorSettings:
     """The numbers of vLLM's start-up lines (``startup``); None prints none."""
     profiler: ProfilerConfig | None = None
     """--profiler-config: /start_profile and /stop_profile exist and write traces (simulator/profiler.py)."""
+    async_scheduling: bool = True
+    """--async-scheduling (vLLM 0.24's default): a request reaching a busy engine joins the step after next."""
 
     @property
     def model_name(self) -> str:
@@ -83,6 +85,7 @@ def scheduler_config(settings: SimulatorSettings) -> SchedulerConfig:
         num_gpu_blocks=settings.num_gpu_blocks,
         max_model_len=settings.max_model_len,
         block_size=settings.block_size,
+        async_scheduling=settings.async_scheduling,
     )
 
 
