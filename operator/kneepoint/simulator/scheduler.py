@@ -53,8 +53,8 @@ class SchedulerConfig:
     async_scheduling: bool = True
     """Admit as vLLM 0.24's asynchronous scheduling does (one step later while the engine is busy), as
     vLLM 0.24 does by default. With the intake's serial share (``simulator.intake``) it brings the
-    virtual-clock replay's TTFT P50 at c64 from -37 % to -9 % of real vLLM, c1-c16 staying within
-    7 % (docs/simulator.md, "The intake"); with the whole intake serial it spoiled c8 (-28 %)."""
+    virtual-clock replay's TTFT P50 at c64 from -33..-35 % to -6..-9 % of real vLLM, c1-c16 staying
+    within 7 % (docs/simulator.md, "The intake"); with the whole intake serial it spoiled c8 (-28 %)."""
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "max_model_len", "block_size"):
