@@ -7,10 +7,11 @@ starved process's lost throughput); this replays the same model with none of tha
 of the model can be judged on a loaded machine. Figures as the load generator computes them
 (percentiles: its numpy-linear rule), medians over --seeds step-noise seeds, beside real vLLM's.
 
-    .venv/bin/python benchmarks/sim_waves_virtual.py [--async] [--delay-ms 0] [--seeds 4] [--only r3-c64,c128]
+    .venv/bin/python benchmarks/sim_waves_virtual.py [--no-async] [--intake-serial-us 2.1] [--delay-ms 0] [--seeds 4] [--only r3-c64,c128]
 
-`--async` admits requests as vLLM 0.24's asynchronous scheduling does (`SchedulerConfig.
-async_scheduling`, off in `kneepoint sim`); `--delay-ms` adds a fixed delay between a finish and the next
+`--no-async` plans each step when the previous one ends instead of as vLLM 0.24's asynchronous
+scheduling does (`SchedulerConfig.async_scheduling`, on in `kneepoint sim`); `--intake-serial-us` sets the serial part of the API-server intake per prompt
+token (`serving.apiSerialUsPerPromptToken`; the rest overlaps, `simulator.intake`); `--delay-ms` adds a fixed delay between a finish and the next
 request's arrival at the API server. Each request's times count from its send; prompts are
 1025 tokens (the simulator's count of the captures' 1024 words), outputs as the capture's.
 """
@@ -29,13 +30,14 @@ from sim_vs_real_vllm import FIGURES, captures, engine_args
 
 from kneepoint.loadgen.statistics import percentile_sorted
 from kneepoint.simulator.engine import SimulatorSettings
+from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig
 from kneepoint.simulator.virtual_tier import start_engine
 
 PROMPT = 1025
 
 
-def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, async_scheduling: bool) -> dict[str, float]:
+def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, async_scheduling: bool, serial_us: float) -> dict[str, float]:
     """The load generator's figures of one capture's first measured phase (after its warm-up)."""
     concurrency, measured, warmup, output = config["concurrency"], config["numRequests"], config["warmupRequests"], config["outputLen"]
     now = [0.0]
@@ -47,8 +49,7 @@ def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, asyn
         async_scheduling=async_scheduling,
     )
     sched = Scheduler(sched_config, settings.perf.step_time, clock=lambda: now[0], noise=settings.noise, seed=seed)
-    intake_cost = settings.perf.calibration.serving.api_us_per_prompt_token * PROMPT * 1e-6
-    intake_free = 0.0
+    intake = Intake(settings.perf.calibration.serving.api_us_per_prompt_token, serial_us)
     arrivals: list[tuple[float, int]] = []  # (reaches the engine, index): the engine.Engine.intake queue
     starts: dict[int, float] = {}
     tokens: dict[int, list[float]] = {}
@@ -56,13 +57,12 @@ def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, asyn
     sent, limit = 0, warmup  # the phase's last index + 1
 
     def send(t: float) -> None:
-        nonlocal sent, intake_free
+        nonlocal sent
         if sent >= limit:
             return
         index, sent = sent, sent + 1
         starts[index], tokens[index] = t, []
-        intake_free = max(intake_free, t + delay) + intake_cost
-        heapq.heappush(arrivals, (intake_free, index))
+        heapq.heappush(arrivals, (intake.arrival(t + delay, PROMPT), index))
 
     def drain(phase_end: int) -> None:
         while len(done) < phase_end:
@@ -108,7 +108,14 @@ def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, asyn
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--async", dest="async_", action="store_true", help="vLLM 0.24's asynchronous scheduling")
+    parser.add_argument(
+        "--async",
+        dest="async_",
+        action=argparse.BooleanOptionalAction,
+        default=SimulatorSettings.async_scheduling,
+        help="vLLM 0.24's asynchronous scheduling",
+    )
+    parser.add_argument("--intake-serial-us", type=float, default=None, help="default: the shipped calibration's")
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--only", default="")
@@ -116,8 +123,11 @@ def main() -> None:
     args = parser.parse_args()
     settings = start_engine([*engine_args(128), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
     assert settings is not None
+    serial_us = settings.perf.calibration.serving.api_serial_us_per_prompt_token if args.intake_serial_us is None else args.intake_serial_us
     only = {s for s in args.only.split(",") if s} or None
-    print(f"virtual clock, {'asynchronous' if args.async_ else 'synchronous'} scheduling, delay {args.delay_ms:g} ms, {args.seeds} seeds")
+    print(
+        f"virtual clock, {'asynchronous' if args.async_ else 'synchronous'} scheduling, intake serial {serial_us:g} µs/token, delay {args.delay_ms:g} ms, {args.seeds} seeds"
+    )
     print("| capture | workload | figure | real vLLM | simulator (virtual) | error |")
     print("|---|---|---|---|---|---|")
     worst, outside = 0.0, 0
@@ -125,7 +135,7 @@ def main() -> None:
         c = cap["config"]
         if c["api"] != "completions" or c["inputLen"] != 1024:
             continue  # the replay's prompts are the 1024-word completions of the sweep
-        runs = [run(settings, c, args.delay_ms / 1e3, seed, args.async_) for seed in range(args.seeds)]
+        runs = [run(settings, c, args.delay_ms / 1e3, seed, args.async_, serial_us) for seed in range(args.seeds)]
         for label, key in FIGURES:
             real, sim = float(cap["summary"][key]), statistics.median(r[key] for r in runs)
             err = sim / real - 1.0

@@ -84,8 +84,11 @@ class ServingCalibration:
     host_us_per_seq: float
     """Added host time per running sequence (output processing, detokenisation)."""
     api_us_per_prompt_token: float
-    """vLLM's API server takes requests one at a time: this much per prompt token before a request
-    reaches the engine (fitted to the captures' time to first token under bursts)."""
+    """This much per prompt token between a request's arrival at vLLM's API server and the engine
+    (with the prefill, the unprofiled TTFT at concurrency 1)."""
+    api_serial_us_per_prompt_token: float
+    """The part of ``api_us_per_prompt_token`` taken one request after another (the rest overlaps
+    between requests; ``simulator.intake``)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,7 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             host_us_per_step=float(v["hostUsPerStep"]),
             host_us_per_seq=float(v["hostUsPerSeq"]),
             api_us_per_prompt_token=float(v["apiUsPerPromptToken"]),
+            api_serial_us_per_prompt_token=float(v["apiSerialUsPerPromptToken"]),
         ),
     )
 
@@ -195,6 +199,7 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "hostUsPerStep": cal.serving.host_us_per_step,
             "hostUsPerSeq": cal.serving.host_us_per_seq,
             "apiUsPerPromptToken": cal.serving.api_us_per_prompt_token,
+            "apiSerialUsPerPromptToken": cal.serving.api_serial_us_per_prompt_token,
         },
     }
 

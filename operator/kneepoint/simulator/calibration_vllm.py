@@ -16,7 +16,10 @@ says how every file was taken):
   burst of prompts is prefilled later and in fewer, larger steps than it arrived; replaying the
   c32 and long-prompt captures in the simulator with 8 µs per token gives their TTFT P50 and
   TPOT within a few per cent (0 µs: TTFT P50 -41 % and -52 %, TPOT +9 % and +18 %; 12 µs: no
-  better at c32).
+  better at c32);
+- **its serial part** (``serving.apiSerialUsPerPromptToken``): not fitted here either; bounded
+  by run 3's per-request bursts and chosen on the virtual-clock replay (``simulator.intake``,
+  ``tests/unit/simulator/test_sim_intake.py``, docs/simulator.md "The intake").
 
 The fit: Nelder-Mead (the dependency-free one of :mod:`calibration_fit`) on log(simulated /
 measured) over the compositions, for the compute constants; then the host constants by least
@@ -333,7 +336,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         doc["serving"] = _rounded(
-            {"hostUsPerStep": v.host_us_per_step, "hostUsPerSeq": v.host_us_per_seq, "apiUsPerPromptToken": v.api_us_per_prompt_token}
+            {
+                "hostUsPerStep": v.host_us_per_step,
+                "hostUsPerSeq": v.host_us_per_seq,
+                "apiUsPerPromptToken": v.api_us_per_prompt_token,
+                "apiSerialUsPerPromptToken": v.api_serial_us_per_prompt_token,
+            }
         )
         target.write_text(json.dumps(doc, indent=2) + "\n")
         cal = calibration_from_json(doc)

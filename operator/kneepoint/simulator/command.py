@@ -294,6 +294,12 @@ def check_fit(
     help='As vLLM: \'{"profiler":"torch","torch_profiler_dir":"/abs/dir"}\' serves POST /start_profile and '
     "/stop_profile and writes one trace per rank (docs/trace.md).",
 )
+@click.option(
+    "--async-scheduling/--no-async-scheduling",
+    default=True,
+    show_default=True,
+    help="As vLLM 0.24 (on by default there): step k+1 is planned while step k runs, so a request reaching a busy engine joins step k+2.",
+)
 @click.pass_context
 def command(ctx: click.Context, **opts: Any) -> None:
     """Serve a vLLM-compatible engine simulator (no GPU needed)."""
@@ -506,6 +512,7 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
         fail_fraction=opts["fail_fraction"],
         startup=figures,
         profiler=_profiler_config(opts.get("profiler_config")),
+        async_scheduling=opts["async_scheduling"],
     )
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from kneepoint.core.gpus import GpuType
+from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.perf_model import PerfModel
 from kneepoint.simulator.profiler import ProfilerConfig, SimProfiler
 from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig, SimRequest, StepOutcome
@@ -67,6 +68,8 @@ class SimulatorSettings:
     """The numbers of vLLM's start-up lines (``startup``); None prints none."""
     profiler: ProfilerConfig | None = None
     """--profiler-config: /start_profile and /stop_profile exist and write traces (simulator/profiler.py)."""
+    async_scheduling: bool = True
+    """--async-scheduling (vLLM 0.24's default): a request reaching a busy engine joins the step after next."""
 
     @property
     def model_name(self) -> str:
@@ -82,6 +85,7 @@ def scheduler_config(settings: SimulatorSettings) -> SchedulerConfig:
         num_gpu_blocks=settings.num_gpu_blocks,
         max_model_len=settings.max_model_len,
         block_size=settings.block_size,
+        async_scheduling=settings.async_scheduling,
     )
 
 
@@ -210,7 +214,8 @@ class Engine:
         self.settings = settings
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self._intake_free_at = 0.0
+        serving = settings.perf.calibration.serving
+        self._intake = Intake(serving.api_us_per_prompt_token, serving.api_serial_us_per_prompt_token)
         self._idle_arrival: float | None = None  # modelled arrival of the request that woke an idle engine
         config = scheduler_config(settings)
         self.scheduler = Scheduler(config, settings.perf.step_time, clock=loop.time, noise=settings.noise, seed=settings.seed)
@@ -290,13 +295,12 @@ class Engine:
         time the request reaches the engine."""
         now = self._loop.time()
         start = now if received_at is None else min(received_at, now)
-        cost = self.settings.perf.calibration.serving.api_us_per_prompt_token * prompt_tokens * 1e-6
-        if cost <= 0:
+        if self._intake.us_per_prompt_token <= 0:
             return start
-        self._intake_free_at = max(self._intake_free_at, start) + cost
-        if self._intake_free_at > now:
-            await asyncio.sleep(self._intake_free_at - now)
-        return self._intake_free_at
+        at = self._intake.arrival(start, prompt_tokens)
+        if at > now:
+            await asyncio.sleep(at - now)
+        return at
 
     def submit(self, handle: RequestHandle, finish_reason: str, arrival: float | None = None) -> None:
         """Queue a request; ``arrival`` is its modelled arrival (from :meth:`intake`): an idle engine's

@@ -50,11 +50,11 @@ class SchedulerConfig:
     num_gpu_blocks: int
     max_model_len: int
     block_size: int = BLOCK_TOKENS
-    async_scheduling: bool = False
-    """Admit as vLLM 0.24's asynchronous scheduling does (one step later while the engine is busy).
-    Off by default: with the simulator's serial API-server intake it brings TTFT P50 at c64 from
-    -34 % to -17 % of real vLLM but moves c8 from -6 % to -28 % (a burst's replacements reach real
-    vLLM together, not 8 ms apart; docs/simulator.md, "c32 to c128"), so it waits for that intake."""
+    async_scheduling: bool = True
+    """Admit as vLLM 0.24's asynchronous scheduling does (one step later while the engine is busy), as
+    vLLM 0.24 does by default. With the intake's serial share (``simulator.intake``) it brings the
+    virtual-clock replay's TTFT P50 at c64 from -33..-35 % to -6..-9 % of real vLLM, c1-c16 staying
+    within 7 % (docs/simulator.md, "The intake"); with the whole intake serial it spoiled c8 (-28 %)."""
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "max_model_len", "block_size"):

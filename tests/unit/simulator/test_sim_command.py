@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from kneepoint.core.gpus import get_gpu_type
 from kneepoint.simulator.command import build_settings, command, parse_max_model_len
+from kneepoint.simulator.engine import scheduler_config
 
 
 def parse(args: list[str]):
@@ -160,3 +161,9 @@ def test_a_placeholder_model_name_runs_as_the_calibrated_8b_and_says_so(caplog) 
     named = settings(["--model", "meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "2", "--gpu", "h200"])
     assert s.weights_bytes_per_gpu == named.weights_bytes_per_gpu and s.gpus == 2
     assert "'m' matches no preset: simulating llama-3-8b" in caplog.text
+
+
+def test_async_scheduling_is_on_as_in_vllm_024_and_can_be_turned_off() -> None:
+    base = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h200", "--max-model-len", "4096"]
+    assert scheduler_config(settings(base)).async_scheduling is True
+    assert scheduler_config(settings([*base, "--no-async-scheduling"])).async_scheduling is False

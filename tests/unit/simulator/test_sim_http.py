@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kneepoint.simulator.command import build_settings, command
+from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.server import start, stop
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -470,14 +471,15 @@ async def test_x_request_id_names_the_response_and_the_truth_line(tmp_path) -> N
     assert ids == {"cmpl-abc-1"} | {t["id"] for t in twins}
 
 
-async def test_api_server_intake_takes_requests_one_after_another(monkeypatch) -> None:
-    """vLLM's API server hands requests to the engine one at a time: a burst is spread by each
-    prompt's intake cost (serving.apiUsPerPromptToken per prompt token), not delivered at once."""
+async def test_api_server_intake_overlaps_a_burst_but_its_serial_share(monkeypatch) -> None:
+    """A burst reaches the engine spread by each prompt's serial share of the intake
+    (serving.apiSerialUsPerPromptToken), the first after the whole cost (serving.apiUsPerPromptToken)."""
     settings = make_settings()
     engine, runners, task = await start(settings)
     try:
         per_token = settings.perf.calibration.serving.api_us_per_prompt_token * 1e-6
-        assert per_token > 0
+        serial = settings.perf.calibration.serving.api_serial_us_per_prompt_token * 1e-6
+        assert per_token >= serial > 0
         waits: list[float] = []
         real_sleep = asyncio.sleep
 
@@ -488,7 +490,8 @@ async def test_api_server_intake_takes_requests_one_after_another(monkeypatch) -
         monkeypatch.setattr(asyncio, "sleep", recording_sleep)
         monkeypatch.setattr(engine._loop, "time", lambda: 100.0)  # a frozen clock: only the queue counts
         await asyncio.gather(engine.intake(1000), engine.intake(1000), engine.intake(500))
-        assert waits == pytest.approx([1000 * per_token, 2000 * per_token, 2500 * per_token])
+        first = 1000 * per_token
+        assert waits == pytest.approx([first, first + 1000 * serial, first + 1500 * serial])
     finally:
         monkeypatch.undo()
         await stop(engine, runners, task)
@@ -515,7 +518,7 @@ async def test_intake_cost_runs_from_the_handlers_start(monkeypatch) -> None:
         assert waits == pytest.approx([1000 * per_token - 0.002])
         # A request that spent longer than its cost before the intake is not held at all.
         waits.clear()
-        engine._intake_free_at = 0.0
+        engine._intake = Intake(engine._intake.us_per_prompt_token, engine._intake.serial_us_per_prompt_token)
         assert await engine.intake(100, received_at=99.0) == pytest.approx(99.0 + 100 * per_token)
         assert waits == []
     finally:

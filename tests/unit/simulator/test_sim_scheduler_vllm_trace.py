@@ -47,7 +47,9 @@ def test_a_wave_of_prefills_is_split_as_real_vllm_splits_it() -> None:
     assert decoding + 1 + queued == 128
 
     now = [0.0]
-    config = SchedulerConfig(max_num_seqs=128, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, num_gpu_blocks=56_057, max_model_len=4096)
+    config = SchedulerConfig(
+        max_num_seqs=128, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, num_gpu_blocks=56_057, max_model_len=4096
+    )  # async by default: the queue was there before the first step
     sched = Scheduler(config, lambda work: StepTime(0.01, 0.0, 0.0, 0.0), clock=lambda: now[0])
 
     def running(request_id: str, computed: int, output_tokens: int) -> None:
