@@ -3,11 +3,12 @@
 For each load-generator capture of real vLLM 0.24.0 on one H200 in tests/data/vllm (README
 there), this starts `kneepoint sim` with the operator's own engine flags (the manifest
 builder's, for deploy/examples/experiment.yaml at TP1, with the capture engine's
---max-num-seqs), runs the project's `kneepoint loadgen` against it with the capture's own
-flags, and prints the simulator's figures beside real vLLM's with the error. Then the
-per-composition step times, simulator model against the real traces.
+--max-num-seqs; for the other model sizes of run 5 the same builder on the example the
+capture's engine was built from: MODELS), runs the project's `kneepoint loadgen` against it
+with the capture's own flags, and prints the simulator's figures beside real vLLM's with the
+error. Then the per-composition step times, simulator model against the real traces.
 
-    .venv/bin/python benchmarks/sim_vs_real_vllm.py [--only c32-operator,c1] [--port 18400]
+    .venv/bin/python benchmarks/sim_vs_real_vllm.py [--only c32-operator,1b-c1] [--models 8b-tp1,1b-tp1] [--port 18400]
 
 Exit status 0 when every figure is within --tolerance (default 10 %), 1 otherwise. Takes about
 as long as the captures themselves took (the simulator runs in real time): about 5 minutes.
@@ -40,16 +41,31 @@ FIGURES = (
 )
 
 
-def engine_args(max_num_seqs: int) -> list[str]:
-    """The operator's vLLM flags for the example experiment at TP1 (kube/manifests.py)."""
+MODELS: dict[str, tuple[str, dict, int]] = {
+    # capture prefix: (example the capture engine's flags were built from, spec.model changes, its --max-num-seqs)
+    "8b-tp1": ("experiment.yaml", {}, CAPTURE_MAX_NUM_SEQS),
+    "1b-tp1": (
+        "experiment.yaml",
+        {"uri": "hf://meta-llama/Llama-3.2-1B-Instruct", "architecture": {"preset": "llama-3.2-1b"}},
+        CAPTURE_MAX_NUM_SEQS,
+    ),
+    "70b-fp8-tp1": ("large-model.yaml", {"dtype": "fp8"}, 64),
+}
+"""Real vLLM captures by model (tests/data/vllm/README.md: runs 1-4 the 8B, run 5 the 1B and 70B fp8 shapes)."""
+
+
+def engine_args(max_num_seqs: int, model: str = "8b-tp1") -> list[str]:
+    """The operator's vLLM flags for the capture's example experiment at TP1 (kube/manifests.py)."""
     import yaml
 
     from kneepoint.core.spec import parse_spec
     from kneepoint.core.tiers import Tier
     from kneepoint.kube.manifests import vllm_args
 
-    spec = parse_spec(yaml.safe_load((ROOT / "deploy" / "examples" / "experiment.yaml").read_text())["spec"])
-    args = vllm_args(spec, Tier(1, 1))
+    example, changes, _ = MODELS[model]
+    doc = yaml.safe_load((ROOT / "deploy" / "examples" / example).read_text())["spec"]
+    doc["model"].update(changes)
+    args = vllm_args(parse_spec(doc), Tier(1, 1))
     args[args.index("--max-num-seqs") + 1] = str(max_num_seqs)
     return args
 
@@ -100,7 +116,8 @@ def wait_healthy(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> No
 
 
 def run_capture(name: str, capture: dict, port: int, exe: Path) -> dict:
-    sim_cmd = [str(exe), "sim", *engine_args(CAPTURE_MAX_NUM_SEQS), "--dcgm-port", "0", "--model-load-seconds", "0"]
+    model = capture["model"]
+    sim_cmd = [str(exe), "sim", *engine_args(MODELS[model][2], model), "--dcgm-port", "0", "--model-load-seconds", "0"]
     sim_cmd[sim_cmd.index("--port") + 1] = str(port)
     sim_cmd[sim_cmd.index("--host") + 1] = "127.0.0.1"
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,22 +138,27 @@ def run_capture(name: str, capture: dict, port: int, exe: Path) -> dict:
             log.close()
 
 
-def captures(only: set[str] | None) -> dict[str, dict]:
+def captures(only: set[str] | None, models: tuple[str, ...] = ("8b-tp1",)) -> dict[str, dict]:
+    """The captures of ``models`` by name: the 8B's as their file names say (c32-operator), the
+    other models' with the model before (1b-c32, 70b-fp8-c16). Each carries its ``model``."""
     found = {}
-    for path in sorted(DATA.glob("8b-tp1-loadgen-*.json")):
-        name = path.name[len("8b-tp1-loadgen-") : -len(".json")]
-        if any(p in name for p in PROFILED) or (only and name not in only):
-            continue
-        doc = json.loads(path.read_text())
-        if "config" in doc and "summary" in doc:
-            found[name] = doc
+    for model in models:
+        for path in sorted(DATA.glob(f"{model}-loadgen-*.json")):
+            name = path.name[len(f"{model}-loadgen-") : -len(".json")]
+            if model != "8b-tp1":
+                name = f"{model.removesuffix('-tp1')}-{name}"
+            if any(p in name for p in PROFILED) or (only and name not in only):
+                continue
+            doc = json.loads(path.read_text())
+            if "config" in doc and "summary" in doc:
+                found[name] = {**doc, "model": model}
     return found
 
 
 def workload_key(config: dict) -> str:
     """What makes two captures the same load for the spread column: API, concurrency, lengths (not the
     seed or the request count)."""
-    return f"{config['api']} c{config['concurrency']} {config['inputLen']}/{config['outputLen']}"
+    return f"{config['model']} {config['api']} c{config['concurrency']} {config['inputLen']}/{config['outputLen']}"
 
 
 def real_spread(caps: dict[str, dict]) -> dict[str, dict[str, tuple[float, float, int]]]:
@@ -169,15 +191,18 @@ def step_table() -> tuple[list[str], float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated capture names (e.g. c32-operator,c1)")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"capture prefixes, comma-separated (default: all, {', '.join(MODELS)})")
     parser.add_argument("--port", type=int, default=18400)
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     exe = Path(sys.executable).with_name("kneepoint")
     only = {s for s in args.only.split(",") if s} or None
-    caps = captures(only)
-    print(f"engine flags: kneepoint sim {' '.join(engine_args(CAPTURE_MAX_NUM_SEQS))}")
-    spread = real_spread(captures(None))
+    models = tuple(m for m in args.models.split(",") if m)
+    caps = captures(only, models)
+    for model in models:
+        print(f"engine flags ({model}): kneepoint sim {' '.join(engine_args(MODELS[model][2], model))}")
+    spread = real_spread(captures(None, models))
     lines = [
         "| capture | workload | figure | real vLLM | simulator | error | real vLLM, every capture of the workload |",
         "|---|---|---|---|---|---|---|",

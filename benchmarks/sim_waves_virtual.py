@@ -7,7 +7,7 @@ starved process's lost throughput); this replays the same model with none of tha
 of the model can be judged on a loaded machine. Figures as the load generator computes them
 (percentiles: its numpy-linear rule), medians over --seeds step-noise seeds, beside real vLLM's.
 
-    .venv/bin/python benchmarks/sim_waves_virtual.py [--no-async] [--intake-serial-us 2.1] [--delay-ms 0] [--seeds 4] [--only r3-c64,c128]
+    .venv/bin/python benchmarks/sim_waves_virtual.py [--no-async] [--intake-serial-us 2.1] [--delay-ms 0] [--seeds 4] [--only r3-c64,c128] [--model 1b-tp1]
 
 `--no-async` plans each step when the previous one ends instead of as vLLM 0.24's asynchronous
 scheduling does (`SchedulerConfig.async_scheduling`, on in `kneepoint sim`); `--intake-serial-us` sets the serial part of the API-server intake per prompt
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_vs_real_vllm import FIGURES, captures, engine_args
+from sim_vs_real_vllm import FIGURES, MODELS, captures, engine_args
 
 from kneepoint.loadgen.statistics import percentile_sorted
 from kneepoint.simulator.engine import SimulatorSettings
@@ -119,9 +119,12 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--only", default="")
+    parser.add_argument(
+        "--model", default="8b-tp1", choices=sorted(MODELS), help="whose captures (tests/data/vllm: run 5 has the 1B and 70B fp8 shapes)"
+    )
     parser.add_argument("--tolerance", type=float, default=0.10)
     args = parser.parse_args()
-    settings = start_engine([*engine_args(128), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
+    settings = start_engine([*engine_args(MODELS[args.model][2], args.model), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
     assert settings is not None
     serial_us = settings.perf.calibration.serving.api_serial_us_per_prompt_token if args.intake_serial_us is None else args.intake_serial_us
     only = {s for s in args.only.split(",") if s} or None
@@ -131,7 +134,7 @@ def main() -> None:
     print("| capture | workload | figure | real vLLM | simulator (virtual) | error |")
     print("|---|---|---|---|---|---|")
     worst, outside = 0.0, 0
-    for name, cap in captures(only).items():
+    for name, cap in captures(only, (args.model,)).items():
         c = cap["config"]
         if c["api"] != "completions" or c["inputLen"] != 1024:
             continue  # the replay's prompts are the 1024-word completions of the sweep
