@@ -22,6 +22,7 @@ import argparse
 import heapq
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_vs_real_vllm import FIGURES, MODELS, captures, engine_args
 
 from kneepoint.loadgen.statistics import percentile_sorted
-from kneepoint.simulator.engine import SimulatorSettings
+from kneepoint.simulator.engine import SimulatorSettings, scheduler_config
 from kneepoint.simulator.intake import Intake
-from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig
+from kneepoint.simulator.scheduler import Scheduler
 from kneepoint.simulator.virtual_tier import start_engine
 
 PROMPT = 1025
@@ -41,13 +42,7 @@ def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, asyn
     """The load generator's figures of one capture's first measured phase (after its warm-up)."""
     concurrency, measured, warmup, output = config["concurrency"], config["numRequests"], config["warmupRequests"], config["outputLen"]
     now = [0.0]
-    sched_config = SchedulerConfig(
-        max_num_seqs=settings.max_num_seqs,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        num_gpu_blocks=settings.num_gpu_blocks,
-        max_model_len=settings.max_model_len,
-        async_scheduling=async_scheduling,
-    )
+    sched_config = replace(scheduler_config(settings), async_scheduling=async_scheduling)
     sched = Scheduler(sched_config, settings.perf.step_time, clock=lambda: now[0], noise=settings.noise, seed=seed)
     intake = Intake(settings.perf.calibration.serving.api_us_per_prompt_token, serial_us)
     arrivals: list[tuple[float, int]] = []  # (reaches the engine, index): the engine.Engine.intake queue

@@ -55,20 +55,25 @@ def prefill_seconds() -> float:
     return MODEL.gpu_step_time(work).seconds + MODEL.host_seconds(work)
 
 
-def largest_serial_share(load: str) -> float:
-    """The largest serial share (µs per prompt token) with which every burst of ``load`` reaches the
-    engine as the records show: the first-step and next-step requests before the first one's
-    prefill ends (the step after it is planned then, synchronously or not)."""
+def largest_serial_share_of(bursts: list[tuple[list[float], int]]) -> float:
+    """The largest serial share (µs per prompt token) with which every burst (send offsets, requests
+    prefilled in its first two steps) reaches the engine as the records show: those requests before
+    the first one's prefill ends (the step after it is planned then, synchronously or not)."""
     low, high = 0.0, TOTAL_US
     for _ in range(40):
         mid = (low + high) / 2
         ok = True
-        for sends, first, second in bursts(load):
+        for sends, together in bursts:
             intake = Intake(TOTAL_US, mid)
             arrivals = [intake.arrival(s, PROMPT) for s in sends]
-            ok &= max(arrivals[: first + second]) <= arrivals[0] + prefill_seconds()
+            ok &= max(arrivals[:together]) <= arrivals[0] + prefill_seconds()
         low, high = (mid, high) if ok else (low, mid)
     return low
+
+
+def largest_serial_share(load: str) -> float:
+    """The bound from every burst of run 3's ``load``."""
+    return largest_serial_share_of([(sends, first + second) for sends, first, second in bursts(load)])
 
 
 def test_a_lone_request_takes_the_whole_cost_whatever_the_serial_share() -> None:
@@ -130,15 +135,7 @@ def run4_burst(name: str) -> tuple[list[float], list[int]]:
 
 def largest_serial_share_run4(name: str) -> float:
     sends, steps = run4_burst(name)
-    together = steps[0] + (steps[1] if len(steps) > 1 else 0)
-    low, high = 0.0, TOTAL_US
-    for _ in range(40):
-        mid = (low + high) / 2
-        intake = Intake(TOTAL_US, mid)
-        arrivals = [intake.arrival(s, PROMPT) for s in sends]
-        ok = max(arrivals[:together]) <= arrivals[0] + prefill_seconds()
-        low, high = (mid, high) if ok else (low, mid)
-    return low
+    return largest_serial_share_of([(sends, sum(steps[:2]))])
 
 
 RUN4_BURSTS = [f"burst-1024-n{n}{k}" for n in (8, 16, 32, 64) for k in "ab"]
