@@ -34,6 +34,12 @@ class ComputeCalibration:
     """Fixed cost per decoder layer per step (small kernels: norms, activations, copies)."""
     overhead_us_per_step: float
     """Fixed cost per forward pass (embedding, final norm, sampling kernels)."""
+    overhead_us_per_sampled_seq: float = 0.0
+    """Fixed cost per sequence sampled in a step, whatever the model's depth and the sequence's
+    context (vLLM's logits and sampler over the vocabulary, per-sequence step bookkeeping). Real
+    vLLM's decode step grows by about 24 us per sequence at 384 tokens of context and 46 us at
+    1,150 (runs 2-6, 8B); without this the KV read alone had to carry both. Plain PyTorch forward
+    passes (tests/data/h200) have none, so their fit leaves it at 0."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,13 @@ class ServingCalibration:
     api_serial_us_per_prompt_token: float
     """The part of ``api_us_per_prompt_token`` taken one request after another (the rest overlaps
     between requests; ``simulator.intake``)."""
+    cpu_floor_us_per_step: float
+    """vLLM's CPU time per engine step (scheduling, input preparation, kernel launches, sampling and
+    output processing). Asynchronous scheduling overlaps it with the GPU's work, so a step lasts at
+    least this long; only a small model's GPU step is shorter (run 6: the 1B's decode step is 1.0 ms
+    of kernels in a 1.5 ms period)."""
+    cpu_floor_us_per_seq: float
+    """Added CPU time per step for each scheduled sequence."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +152,7 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             roofline_sharpness=float(c["rooflineSharpness"]),
             overhead_us_per_layer=float(c["overheadUsPerLayer"]),
             overhead_us_per_step=float(c["overheadUsPerStep"]),
+            overhead_us_per_sampled_seq=float(c["overheadUsPerSampledSeq"]),
         ),
         links=links,
         eager=EagerCalibration(
@@ -155,6 +169,8 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             host_us_per_seq=float(v["hostUsPerSeq"]),
             api_us_per_prompt_token=float(v["apiUsPerPromptToken"]),
             api_serial_us_per_prompt_token=float(v["apiSerialUsPerPromptToken"]),
+            cpu_floor_us_per_step=float(v["cpuFloorUsPerStep"]),
+            cpu_floor_us_per_seq=float(v["cpuFloorUsPerSeq"]),
         ),
     )
 
@@ -170,6 +186,7 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "rooflineSharpness": c.roofline_sharpness,
             "overheadUsPerLayer": c.overhead_us_per_layer,
             "overheadUsPerStep": c.overhead_us_per_step,
+            "overheadUsPerSampledSeq": c.overhead_us_per_sampled_seq,
         },
         "links": {
             name: {
@@ -200,6 +217,8 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "hostUsPerSeq": cal.serving.host_us_per_seq,
             "apiUsPerPromptToken": cal.serving.api_us_per_prompt_token,
             "apiSerialUsPerPromptToken": cal.serving.api_serial_us_per_prompt_token,
+            "cpuFloorUsPerStep": cal.serving.cpu_floor_us_per_step,
+            "cpuFloorUsPerSeq": cal.serving.cpu_floor_us_per_seq,
         },
     }
 

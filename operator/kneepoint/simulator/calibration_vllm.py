@@ -83,6 +83,24 @@ ITL_FILES = {
     32: "8b-tp1-loadgen-c32-noprof.json",
 }
 TTFT_FILE = "8b-tp1-loadgen-c1.json"
+DECODE_ONLY_FILES = {
+    1: "8b-tp1-loadgen-r6-d-c1.json",
+    16: "8b-tp1-loadgen-r6-d-c16.json",
+    64: "8b-tp1-loadgen-r6-d-c64.json",
+}
+"""Run 6's decode-dominated loads (128-token prompts, 512-token replies): the decode step at a short
+context, which the traces (all at about 1,150 tokens) cannot separate from the KV read."""
+DECODE_ONLY_CONTEXT = 128 + 512 // 2 + 1
+CPU_FLOOR_FILES = {
+    1: "1b-tp1-loadgen-r6-d-c1.json",
+    4: "1b-tp1-loadgen-r6-d-c4.json",
+    16: "1b-tp1-loadgen-r6-d-c16.json",
+    64: "1b-tp1-loadgen-r6-d-c64.json",
+}
+"""Run 6's decode-dominated loads on the 1B, whose GPU step (1.0 ms of kernels at c1, traced) is
+shorter than vLLM's CPU work per step: their inter-token latency is that CPU time. They ran with the
+device's host in its fast state; runs 5 and 6's 1024-token loads ran about 1 ms a step slower
+(docs/simulator.md, "Other model sizes")."""
 _ANNOTATION = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
 
 
@@ -156,6 +174,24 @@ def load_itl_p50_ms(data_dir: Path) -> dict[int, float]:
     return {c: float(_kept_repeat(json.loads((data_dir / f).read_text()))["itlMs"]["p50"]) for c, f in ITL_FILES.items()}
 
 
+def load_decode_only_itl_p50_ms(data_dir: Path) -> dict[int, float]:
+    """Run 6's inter-token latency P50 (ms) by concurrency at a short context."""
+    return {c: float(_kept_repeat(json.loads((data_dir / f).read_text()))["itlMs"]["p50"]) for c, f in DECODE_ONLY_FILES.items()}
+
+
+def load_cpu_floor_itl_p50_ms(data_dir: Path) -> dict[int, float]:
+    """The 1B's inter-token latency P50 (ms) by concurrency: vLLM's CPU time per step."""
+    return {c: float(_kept_repeat(json.loads((data_dir / f).read_text()))["itlMs"]["p50"]) for c, f in CPU_FLOOR_FILES.items()}
+
+
+def fit_cpu_floor(itl_p50: dict[int, float]) -> tuple[float, float]:
+    """(us per step, us per sequence) of vLLM's CPU time per step: least squares on ITL P50 by concurrency."""
+    xs, ys = list(itl_p50), [v * 1e3 for v in itl_p50.values()]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = max(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs), 0.0)
+    return my - slope * mx, slope
+
+
 def load_ttft_c1_ms(data_dir: Path) -> float:
     return float(json.loads((data_dir / TTFT_FILE).read_text())["summary"]["ttftP50Ms"])
 
@@ -194,7 +230,14 @@ SCALING_WEIGHT = 0.3
 over 26 compositions): enough to keep a per-layer cost that does not shrink with TP, not so much
 that plain PyTorch's slower kernels set vLLM's single-GPU times."""
 
-_FIT_KEYS = ("weight_bandwidth_efficiency", "kv_bandwidth_efficiency", "compute_efficiency", "roofline_sharpness", "overhead_us_per_layer")
+_FIT_KEYS = (
+    "weight_bandwidth_efficiency",
+    "kv_bandwidth_efficiency",
+    "compute_efficiency",
+    "roofline_sharpness",
+    "overhead_us_per_layer",
+    "overhead_us_per_sampled_seq",
+)
 
 
 def _with(cal: Calibration, vec: list[float]) -> Calibration:
@@ -227,6 +270,7 @@ def fit(
     ttft_c1_ms: float,
     start: Calibration,
     h200_points: list[MeasuredPoint] | None = None,
+    decode_only_itl_p50: dict[int, float] | None = None,
 ) -> Calibration:
     """Compute constants on the step table and TTFT at c1 (with how TP scales in
     the PyTorch data: a fixed per-layer cost does not shrink with TP, streamed weights do); then the
@@ -248,6 +292,11 @@ def fit(
             + host0.api_us_per_prompt_token * PROMPT * 1e-6
         ) * 1e3
         total += 4.0 * math.log(ttft / ttft_c1_ms) ** 2  # the one unprofiled prefill, for the small ones
+        for conc, itl in (decode_only_itl_p50 or {}).items():
+            # A short context's decode step, the serving loop's start values around it.
+            work = StepWork(decode_seqs=conc, decode_context_tokens=conc * DECODE_ONLY_CONTEXT, sampled_seqs=conc)
+            step = model.gpu_step_time(work).seconds + (host0.host_us_per_step + host0.host_us_per_seq * conc) * 1e-6
+            total += math.log(step * 1e3 / itl) ** 2
         if pairs:
             total += SCALING_WEIGHT * statistics.fmean(math.log(1.0 + scaling_error(pair, trial)) ** 2 for pair in pairs)
         for key, ceiling in CEILINGS.items():
@@ -320,7 +369,16 @@ def main(argv: list[str] | None = None) -> int:
     comps = load_compositions(args.data_dir)
     cal = load_calibration()
     if args.write:
-        cal = fit(comps, load_itl_p50_ms(args.data_dir), load_ttft_c1_ms(args.data_dir), cal, load_points(args.h200_dir))
+        cal = fit(
+            comps,
+            load_itl_p50_ms(args.data_dir),
+            load_ttft_c1_ms(args.data_dir),
+            cal,
+            load_points(args.h200_dir),
+            load_decode_only_itl_p50_ms(args.data_dir),
+        )
+        floor_step, floor_seq = fit_cpu_floor(load_cpu_floor_itl_p50_ms(args.data_dir))
+        cal = replace(cal, serving=replace(cal.serving, cpu_floor_us_per_step=floor_step, cpu_floor_us_per_seq=floor_seq))
         target = Path(str(resources.files("kneepoint.data").joinpath(CALIBRATION_FILE)))
         doc = json.loads(target.read_text())
         c, v = cal.compute, cal.serving
@@ -332,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                     "computeEfficiency": c.compute_efficiency,
                     "rooflineSharpness": c.roofline_sharpness,
                     "overheadUsPerLayer": c.overhead_us_per_layer,
+                    "overheadUsPerSampledSeq": c.overhead_us_per_sampled_seq,
                 }
             )
         )
@@ -341,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
                 "hostUsPerSeq": v.host_us_per_seq,
                 "apiUsPerPromptToken": v.api_us_per_prompt_token,
                 "apiSerialUsPerPromptToken": v.api_serial_us_per_prompt_token,
+                "cpuFloorUsPerStep": v.cpu_floor_us_per_step,
+                "cpuFloorUsPerSeq": v.cpu_floor_us_per_seq,
             }
         )
         target.write_text(json.dumps(doc, indent=2) + "\n")

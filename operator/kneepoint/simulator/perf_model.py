@@ -209,6 +209,7 @@ class PerfModel:
         self._flops = hardware.peak_tflops * 1e12 * c.compute_efficiency
         self._k = c.roofline_sharpness
         self._overhead = (c.overhead_us_per_layer * self._stage_layers + c.overhead_us_per_step) * 1e-6
+        self._per_sampled_seq = c.overhead_us_per_sampled_seq * 1e-6
         # FLOPs per token through one stage's layers on one GPU, and per sampled token in lm_head.
         self._linear_flops_per_token = 2.0 * shape.active_params_per_token_per_layer * self._stage_layers / tp
         self._lm_head_flops_per_token = 2.0 * shape.vocab_size * shape.hidden_size / tp
@@ -220,6 +221,8 @@ class PerfModel:
         v = calibration.serving
         self._host_step = v.host_us_per_step * 1e-6
         self._host_seq = v.host_us_per_seq * 1e-6
+        self._cpu_floor_step = v.cpu_floor_us_per_step * 1e-6
+        self._cpu_floor_seq = v.cpu_floor_us_per_seq * 1e-6
 
     # -- pieces ----------------------------------------------------------------------------
     def _weights_read(self, tokens: int) -> float:
@@ -279,6 +282,11 @@ class PerfModel:
         """The serving loop's time between GPU steps (vLLM's host side), for a step over ``work.seqs``."""
         return self._host_step + self._host_seq * work.seqs
 
+    def cpu_floor_seconds(self, work: StepWork) -> float:
+        """vLLM's CPU time for a step over ``work.seqs``: with asynchronous scheduling it overlaps
+        the GPU's work, so it bounds the step only when the GPU's part is shorter (small models)."""
+        return self._cpu_floor_step + self._cpu_floor_seq * work.seqs
+
     def gpu_step_time(self, work: StepWork) -> StepTime:
         """The GPU's part of one step (what a profiler trace's step annotation spans)."""
         if work.tokens <= 0:
@@ -289,21 +297,22 @@ class PerfModel:
         comm, bus = self._collectives(work, micro)
         compute = self._stage_compute(work, micro)
         stage = max(compute + comm, self._eager_floor)
+        sampling = self._per_sampled_seq * work.sampled_seqs  # once per step, after the last stage
         if pp == 1:
-            return StepTime(stage, comm, 0.0, bus)
+            return StepTime(stage + sampling, comm, 0.0, bus)
         hop = self._hop_seconds(work, micro)
-        total = pp * stage + (pp - 1) * hop
+        total = pp * stage + (pp - 1) * hop + sampling
         bubble = pp * stage * (pp - micro_batches) / pp
         # Each stage GPU runs its collectives once per micro-batch.
         return StepTime(total, pp * comm + (pp - 1) * hop, bubble, bus * micro_batches)
 
     def step_time(self, work: StepWork) -> StepTime:
-        """Duration of one engine step doing ``work``, the serving loop's host time included (no
-        noise; the scheduler adds it)."""
+        """Duration of one engine step doing ``work``: the GPU's part and the serving loop's host time,
+        or vLLM's CPU time for the step when that is longer (no noise; the scheduler adds it)."""
         gpu = self.gpu_step_time(work)
         if gpu.seconds <= 0:
             return gpu
-        return replace(gpu, seconds=gpu.seconds + self.host_seconds(work))
+        return replace(gpu, seconds=max(gpu.seconds + self.host_seconds(work), self.cpu_floor_seconds(work)))
 
     def decode_step(self, batch: int, context_tokens: int) -> StepTime:
         """Step time of ``batch`` sequences decoding one token with ``context_tokens`` cached each."""
