@@ -47,8 +47,8 @@ def test_the_shipped_bands_cover_every_real_vllm_capture() -> None:
 def test_bands_grow_with_tp_and_over_pcie() -> None:
     assert lp.bands(Tier(1), "nvlink") == (0.075, 0.39, 0.0)
     t, p, s = lp.bands(Tier(4), "nvlink")
-    assert (round(t, 3), round(p, 3), s) == (0.208, 0.523, 0.133)
-    assert lp.bands(Tier(4), "pcie")[2] == 0.263
+    assert (round(t, 3), round(p, 3), s) == (0.214, 0.529, 0.139)
+    assert lp.bands(Tier(4), "pcie")[2] == 0.321
 
 
 def test_a_70b_engine_that_does_not_fit_one_gpu_is_predicted_not_to_start() -> None:
@@ -75,3 +75,17 @@ def test_like_experiments_share_one_prediction_and_a_changed_workload_makes_its_
     t_other, t_first = other.forecast(Tier(1)), first.forecast(Tier(1))
     assert t_other is not None and t_first is not None
     assert t_other.latency_p99_ms < t_first.latency_p99_ms
+
+
+def test_the_tp_scaling_band_covers_every_pytorch_point_of_its_link() -> None:
+    # The band between two predicted tiers is the simulator's TPn/TP1 error against the PyTorch + NCCL
+    # H200 data: it must cover every point of its interconnect under the shipped calibration.
+    from kneepoint.simulator.calibration import load_calibration
+    from kneepoint.simulator.calibration_fit import load_points
+    from kneepoint.simulator.calibration_vllm import scaling_error, tp_scaling_pairs
+
+    cal = load_calibration()
+    pairs = tp_scaling_pairs(load_points(ROOT / "tests" / "data" / "h200"))
+    for link, band in lp.TP_SCALING_BAND.items():
+        errors = [abs(scaling_error(pair, cal)) for pair in pairs if pair[0].interconnect == link]
+        assert errors and max(errors) <= band, link
