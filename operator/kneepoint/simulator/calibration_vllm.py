@@ -198,7 +198,12 @@ def load_ttft_c1_ms(data_dir: Path) -> float:
 
 def llama8b_h200_tp1(cal: Calibration, max_num_seqs: int = MAX_NUM_SEQS) -> PerfModel:
     """The perf model of the captures' engine: Llama-3.1-8B, bf16, one H200, as ``kneepoint sim`` sizes it."""
-    arch, gpu = get_preset("llama-3-8b"), get_gpu_type("h200")
+    return h200_tp1_model(cal, "llama-3-8b", max_num_seqs)
+
+
+def h200_tp1_model(cal: Calibration, preset: str, max_num_seqs: int = MAX_NUM_SEQS) -> PerfModel:
+    """The perf model of ``preset`` in bf16 on one H200, as ``kneepoint sim`` sizes it."""
+    arch, gpu = get_preset(preset), get_gpu_type("h200")
     est = estimate_memory(
         arch,
         gpu,
@@ -414,6 +419,16 @@ def main(argv: list[str] | None = None) -> int:
     for conc, itl in sorted(load_itl_p50_ms(args.data_dir).items()):
         st = model.step_time(StepWork(decode_seqs=conc, decode_context_tokens=conc * MEAN_DECODE_CONTEXT, sampled_seqs=conc)).seconds * 1e3
         print(f"decode step + host at {conc:>3} seqs: real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%})")
+    for conc, itl in sorted(load_decode_only_itl_p50_ms(args.data_dir).items()):
+        st = model.step_time(StepWork(decode_seqs=conc, decode_context_tokens=conc * DECODE_ONLY_CONTEXT, sampled_seqs=conc)).seconds * 1e3
+        print(
+            f"decode step + host at {conc:>3} seqs, {DECODE_ONLY_CONTEXT} tokens of context: real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%})"
+        )
+    small = h200_tp1_model(cal, "llama-3.2-1b")
+    for conc, itl in sorted(load_cpu_floor_itl_p50_ms(args.data_dir).items()):
+        work = StepWork(decode_seqs=conc, decode_context_tokens=conc * DECODE_ONLY_CONTEXT, sampled_seqs=conc)
+        gpu, st = small.gpu_step_time(work).seconds * 1e3, small.step_time(work).seconds * 1e3
+        print(f"1B decode step at {conc:>3} seqs: real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%}; GPU {gpu:.2f} ms)")
     errors = [scaling_error(pair, cal) for pair in tp_scaling_pairs(load_points(args.h200_dir))]
     print(
         f"TP scaling vs the PyTorch data ({len(errors)} TP>1 points over their TP1 point): mean |error| "
@@ -425,11 +440,6 @@ def main(argv: list[str] | None = None) -> int:
         + cal.serving.api_us_per_prompt_token * PROMPT * 1e-6
     ) * 1e3
     real = load_ttft_c1_ms(args.data_dir)
-    errors = [scaling_error(pair, cal) for pair in tp_scaling_pairs(load_points(args.h200_dir))]
-    print(
-        f"TP scaling vs the PyTorch data ({len(errors)} TP>1 points over their TP1 point): mean |error| "
-        f"{statistics.fmean(abs(e) for e in errors):.1%}, worst {max(errors, key=abs):+.1%}"
-    )
     print(f"1024-token prefill + host at concurrency 1: real TTFT P50 {real:.2f} ms, simulated {ttft:.2f} ms ({ttft / real - 1:+.1%})")
     return 0
 
