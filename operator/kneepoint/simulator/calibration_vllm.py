@@ -198,30 +198,30 @@ def load_ttft_c1_ms(data_dir: Path) -> float:
 
 def llama8b_h200_tp1(cal: Calibration, max_num_seqs: int = MAX_NUM_SEQS) -> PerfModel:
     """The perf model of the captures' engine: Llama-3.1-8B, bf16, one H200, as ``kneepoint sim`` sizes it."""
-    return h200_tp1_model(cal, "llama-3-8b", max_num_seqs)
+    return h200_model(cal, "llama-3-8b", max_num_seqs=max_num_seqs)
 
 
-def h200_tp1_model(cal: Calibration, preset: str, max_num_seqs: int = MAX_NUM_SEQS) -> PerfModel:
-    """The perf model of ``preset`` in bf16 on one H200, as ``kneepoint sim`` sizes it."""
+def h200_model(cal: Calibration, preset: str, tp: int = 1, interconnect: str = "nvlink", max_num_seqs: int = MAX_NUM_SEQS) -> PerfModel:
+    """The perf model of ``preset`` in bf16 on ``tp`` H200s, as ``kneepoint sim`` sizes it."""
     arch, gpu = get_preset(preset), get_gpu_type("h200")
     est = estimate_memory(
         arch,
         gpu,
-        Tier(1, 1),
+        Tier(tp, 1),
         max_model_len=4096,
         concurrency=max_num_seqs,
         context_len=4096,
         gpu_memory_utilization=0.9,
         max_num_seqs=max_num_seqs,
-        interconnect="nvlink",
+        interconnect=interconnect,
     )
     deployment = Deployment(
-        tensor_parallel=1,
+        tensor_parallel=tp,
         pipeline_parallel=1,
         weight_bytes_per_gpu=est.weights_bytes_per_gpu,
         kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
     )
-    return PerfModel(shape_from_architecture(arch), Hardware.from_gpu(gpu, "nvlink"), deployment, cal)
+    return PerfModel(shape_from_architecture(arch), Hardware.from_gpu(gpu, interconnect), deployment, cal)
 
 
 # Physical ceilings, as fractions of the H200 datasheet (HBM 4.8 TB/s, 989 bf16 TFLOP/s): the
@@ -424,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"decode step + host at {conc:>3} seqs, {DECODE_ONLY_CONTEXT} tokens of context: real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%})"
         )
-    small = h200_tp1_model(cal, "llama-3.2-1b")
+    small = h200_model(cal, "llama-3.2-1b")
     for conc, itl in sorted(load_cpu_floor_itl_p50_ms(args.data_dir).items()):
         work = StepWork(decode_seqs=conc, decode_context_tokens=conc * DECODE_ONLY_CONTEXT, sampled_seqs=conc)
         gpu, st = small.gpu_step_time(work).seconds * 1e3, small.step_time(work).seconds * 1e3

@@ -11,10 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from kneepoint.core.architectures import get_preset
-from kneepoint.core.gpus import get_gpu_type
-from kneepoint.core.memory_estimate import estimate_memory
-from kneepoint.core.tiers import Tier
 from kneepoint.simulator.calibration import load_calibration
 from kneepoint.simulator.calibration_fit import load_points
 from kneepoint.simulator.calibration_vllm import (
@@ -23,6 +19,7 @@ from kneepoint.simulator.calibration_vllm import (
     PROMPT,
     fit,
     fit_cpu_floor,
+    h200_model,
     llama8b_h200_tp1,
     load_compositions,
     load_cpu_floor_itl_p50_ms,
@@ -31,7 +28,7 @@ from kneepoint.simulator.calibration_vllm import (
     load_ttft_c1_ms,
     parse_annotation,
 )
-from kneepoint.simulator.perf_model import Deployment, Hardware, PerfModel, StepWork, decode_work, prefill_work, shape_from_architecture
+from kneepoint.simulator.perf_model import StepWork, decode_work, prefill_work
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
 CAL = load_calibration()
@@ -114,35 +111,12 @@ def test_a_short_contexts_decode_step_is_within_3_percent_of_run_6() -> None:
         assert MODEL.step_time(work).seconds * 1e3 == pytest.approx(itl, rel=0.03), conc
 
 
-def _model(preset: str, tp: int, interconnect: str) -> PerfModel:
-    """The perf model of ``preset`` at TP ``tp`` on H200s, sized as llama8b_h200_tp1 sizes the 8B."""
-    arch, gpu = get_preset(preset), get_gpu_type("h200")
-    est = estimate_memory(
-        arch,
-        gpu,
-        Tier(tp, 1),
-        max_model_len=4096,
-        concurrency=128,
-        context_len=4096,
-        gpu_memory_utilization=0.9,
-        max_num_seqs=128,
-        interconnect=interconnect,
-    )
-    deployment = Deployment(
-        tensor_parallel=tp,
-        pipeline_parallel=1,
-        weight_bytes_per_gpu=est.weights_bytes_per_gpu,
-        kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
-    )
-    return PerfModel(shape_from_architecture(arch), Hardware.from_gpu(gpu, interconnect), deployment, CAL)
-
-
 def test_the_1b_decode_step_is_vllms_cpu_time_per_step() -> None:
     # Run 6: the 1B's kernels take 1.0 ms a step at c1 (its trace), its decode period 1.5 ms; the CPU
     # floor is fitted to those loads' ITL P50 and the step is that floor.
     floor = load_cpu_floor_itl_p50_ms(DATA)
     assert fit_cpu_floor(floor) == pytest.approx((CAL.serving.cpu_floor_us_per_step, CAL.serving.cpu_floor_us_per_seq), rel=0.01)
-    model = _model("llama-3.2-1b", 1, "nvlink")
+    model = h200_model(CAL, "llama-3.2-1b")
     for conc, itl in floor.items():
         work = decode_work(conc, DECODE_ONLY_CONTEXT)
         assert model.gpu_step_time(work).seconds < model.cpu_floor_seconds(work)
@@ -154,7 +128,7 @@ def test_the_1b_decode_step_is_vllms_cpu_time_per_step() -> None:
 def test_the_cpu_floor_never_bounds_an_8b_step(tp: int, interconnect: str) -> None:
     # The floor only matters where the GPU's step is shorter than vLLM's CPU work: not the 8B's,
     # at any TP, so the 8B's calibration and the examples' decisions do not depend on it.
-    model = _model("llama-3-8b", tp, interconnect)
+    model = h200_model(CAL, "llama-3-8b", tp, interconnect)
     for batch in (1, 8, 32, 64, 128):
         work = decode_work(batch, MEAN_DECODE_CONTEXT)
         assert model.gpu_step_time(work).seconds + model.host_seconds(work) > model.cpu_floor_seconds(work), batch
