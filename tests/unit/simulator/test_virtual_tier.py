@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from kneepoint.simulator.perf_model import prefill_work
 from kneepoint.simulator.virtual_tier import (
     AdaptiveStop,
     Workload,
@@ -163,3 +164,18 @@ def test_adaptive_stop_never_sends_more_than_the_fixed_plan():
     assert m.summary["repeats"] == 1
     if info["converged"]:
         assert info["throughputRelHalfWidth"] <= 0.05 and info["p99RelWidth"] <= 0.20
+
+
+def test_a_request_reaches_the_engine_through_the_api_servers_intake():
+    # As over HTTP (engine.Engine): a lone request's first token comes after its intake and its prefill
+    # step; a burst's requests reach the engine one serial share apart, so the last of eight waits longer.
+    settings = engine(noise=0.0).settings
+    serving = settings.perf.calibration.serving
+    prompt = 1025  # 1,024 words + BOS
+    intake_ms = serving.api_us_per_prompt_token * prompt * 1e-3
+    lone = run_load_test(settings, Workload(concurrency=1, num_requests=4, input_len=1024, output_len=4)).summary
+    prefill_ms = settings.perf.step_time(prefill_work(prompt)).seconds * 1e3
+    assert lone["ttftP50Ms"] == pytest.approx(intake_ms + prefill_ms, rel=0.02)
+    burst = run_load_test(settings, Workload(concurrency=8, num_requests=8, input_len=1024, output_len=4)).summary
+    serial_ms = serving.api_serial_us_per_prompt_token * prompt * 1e-3
+    assert burst["ttftP99Ms"] - burst["ttftP50Ms"] >= 3 * serial_ms
