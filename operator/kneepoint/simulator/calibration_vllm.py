@@ -169,27 +169,36 @@ def _kept_repeat(doc: dict[str, Any]) -> dict[str, Any]:
     return doc["repeats"][int(doc["summary"].get("keptRepeat", 0))]
 
 
+def _itl_p50_ms(data_dir: Path, files: dict[int, str]) -> dict[int, float]:
+    """Inter-token latency P50 (ms) of each capture's kept repeat, by concurrency."""
+    return {c: float(_kept_repeat(json.loads((data_dir / f).read_text()))["itlMs"]["p50"]) for c, f in files.items()}
+
+
 def load_itl_p50_ms(data_dir: Path) -> dict[int, float]:
     """Inter-token latency P50 (ms) by concurrency, profiler off."""
-    return {c: float(_kept_repeat(json.loads((data_dir / f).read_text()))["itlMs"]["p50"]) for c, f in ITL_FILES.items()}
+    return _itl_p50_ms(data_dir, ITL_FILES)
 
 
 def load_decode_only_itl_p50_ms(data_dir: Path) -> dict[int, float]:
     """Run 6's inter-token latency P50 (ms) by concurrency at a short context."""
-    return {c: float(_kept_repeat(json.loads((data_dir / f).read_text()))["itlMs"]["p50"]) for c, f in DECODE_ONLY_FILES.items()}
+    return _itl_p50_ms(data_dir, DECODE_ONLY_FILES)
 
 
 def load_cpu_floor_itl_p50_ms(data_dir: Path) -> dict[int, float]:
     """The 1B's inter-token latency P50 (ms) by concurrency: vLLM's CPU time per step."""
-    return {c: float(_kept_repeat(json.loads((data_dir / f).read_text()))["itlMs"]["p50"]) for c, f in CPU_FLOOR_FILES.items()}
+    return _itl_p50_ms(data_dir, CPU_FLOOR_FILES)
+
+
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through the points, the slope held at >= 0."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = max(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs), 0.0)
+    return my - slope * mx, slope
 
 
 def fit_cpu_floor(itl_p50: dict[int, float]) -> tuple[float, float]:
     """(us per step, us per sequence) of vLLM's CPU time per step: least squares on ITL P50 by concurrency."""
-    xs, ys = list(itl_p50), [v * 1e3 for v in itl_p50.values()]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = max(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs), 0.0)
-    return my - slope * mx, slope
+    return _line([float(c) for c in itl_p50], [v * 1e3 for v in itl_p50.values()])
 
 
 def load_ttft_c1_ms(data_dir: Path) -> float:
@@ -300,7 +309,7 @@ def fit(
         for conc, itl in (decode_only_itl_p50 or {}).items():
             # A short context's decode step, the serving loop's start values around it.
             work = StepWork(decode_seqs=conc, decode_context_tokens=conc * DECODE_ONLY_CONTEXT, sampled_seqs=conc)
-            step = model.gpu_step_time(work).seconds + (host0.host_us_per_step + host0.host_us_per_seq * conc) * 1e-6
+            step = model.gpu_step_time(work).seconds + model.host_seconds(work)
             total += math.log(step * 1e3 / itl) ** 2
         if pairs:
             total += SCALING_WEIGHT * statistics.fmean(math.log(1.0 + scaling_error(pair, trial)) ** 2 for pair in pairs)
@@ -321,12 +330,10 @@ def fit(
             model.gpu_step_time(StepWork(decode_seqs=conc, decode_context_tokens=conc * MEAN_DECODE_CONTEXT, sampled_seqs=conc)).seconds
             * 1e3
         )
-        xs.append(conc)
+        xs.append(float(conc))
         ys.append((itl - gpu) * 1e3)  # microseconds
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    slope = max(slope, 0.0)
-    return replace(cal, serving=replace(cal.serving, host_us_per_step=max(my - slope * mx, 0.0), host_us_per_seq=slope))
+    intercept, slope = _line(xs, ys)
+    return replace(cal, serving=replace(cal.serving, host_us_per_step=max(intercept, 0.0), host_us_per_seq=slope))
 
 
 def comparison_rows(compositions: list[StepComposition], cal: Calibration) -> list[dict[str, Any]]:

@@ -15,9 +15,9 @@ Error bands, per figure, from the simulator's measured error (docs/simulator.md)
   (r3-c128, the one capture of six at c128 in vLLM's faster regime: real vLLM's own P99 at c128
   spans 6,015 to 8,292 ms; every other capture within 13.7 %);
 - TP > 1 adds the TP-scaling error: the simulator's TPn step time over its TP1 step time against
-  the PyTorch + NCCL H200 data (there is no real-vLLM TP>1 capture): at most 13.9 % over NVLink (band 14 %)
-  (8B TP4 decode B=8), 32.1 % over PCIe without peer-to-peer (8B TP4 decode B=128; 13.3 % and
-  26.3 % before run 6's refit). Between two
+  the PyTorch + NCCL H200 data (there is no real-vLLM TP>1 capture): at most 13.9 % over NVLink
+  (8B TP4 decode B=8; band 14 %), 32.1 % over PCIe without peer-to-peer (8B TP4 decode B=128; 13.3 %
+  and 26.3 % before run 6's refit). Between two
   predicted tiers only this scaling error counts (``scaling_band``): each is the simulator's TP1
   figure times its modelled scaling, so the TP1 calibration error cancels in their ratio;
 - communication share: 0.16 absolute (the simulated share against the traced share of the PyTorch + NCCL

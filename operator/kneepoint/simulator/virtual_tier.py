@@ -44,9 +44,9 @@ latency distribution). It never sends more than the fixed plan would.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import io
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
@@ -309,7 +309,6 @@ class _VirtualRun:
         self.sent = 0
         serving = settings.perf.calibration.serving
         self.intake = Intake(serving.api_us_per_prompt_token, serving.api_serial_us_per_prompt_token)
-        self._arrivals = 0  # tie-breaker: requests reach the engine in receipt order
 
     def prompt_tokens(self, phase: str) -> int:
         """Prompt tokens the simulator counts for this phase's prompts (synthetic prompts of one length count alike)."""
@@ -329,7 +328,7 @@ class _VirtualRun:
         meta: dict[str, tuple[int, float]] = {}
         times: dict[str, list[float]] = {}
         state = {"next": 0, "stopped": False}
-        pending: list[tuple[float, int, str]] = []  # (reaches the engine, receipt order, id)
+        pending: deque[tuple[float, str]] = deque()  # (reaches the engine, id); the intake keeps receipt order
 
         def send() -> None:
             while not state["stopped"] and state["next"] < phase.count:
@@ -352,8 +351,7 @@ class _VirtualRun:
                     )
                     continue
                 rid = f"{phase.name}-{index}"
-                self._arrivals += 1
-                heapq.heappush(pending, (self.intake.arrival(self.now, prompt), self._arrivals, rid))
+                pending.append((self.intake.arrival(self.now, prompt), rid))
                 meta[rid] = (index, self.now)
                 times[rid] = []
                 return
@@ -362,7 +360,7 @@ class _VirtualRun:
             send()
         while meta:
             while pending and pending[0][0] <= self.now:
-                at, _, rid = heapq.heappop(pending)
+                at, rid = pending.popleft()
                 sched.add_request(rid, prompt, w.output_len, arrival_time=at)
             step = sched.schedule(self.now)
             if step is None:
