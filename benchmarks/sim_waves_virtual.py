@@ -1,5 +1,5 @@
 """Every real capture's workload on a virtual clock: the simulator's scheduler, step model and
-API-server intake under the load generator's closed loop, without HTTP.
+API-server intake under the load generator's closed loop, without HTTP; and real vLLM's bursts.
 
 `benchmarks/sim_vs_real_vllm.py` runs `kneepoint sim` in real time over HTTP, so on a busy
 machine its figures carry the simulator process's own turnaround (and at 128 in flight, a
@@ -7,19 +7,28 @@ starved process's lost throughput); this replays the same model with none of tha
 of the model can be judged on a loaded machine. Figures as the load generator computes them
 (percentiles: its numpy-linear rule), medians over --seeds step-noise seeds, beside real vLLM's.
 
-    .venv/bin/python benchmarks/sim_waves_virtual.py [--no-async] [--intake-serial-us 2.1] [--delay-ms 0] [--seeds 4] [--only r3-c64,c128] [--model 1b-tp1]
+    .venv/bin/python benchmarks/sim_waves_virtual.py [--no-async] [--model 1b-tp1] [--only r3-c64,c128] [--seeds 4]
+        [--intake-us-per-request 9000] [--intake-gate-us-per-request 1000] [--intake-serial-us-per-request 1000] [--intake-us 1] [--intake-serial-us 0]
+        [--delay-ms 0] [--bursts]
 
 `--no-async` plans each step when the previous one ends instead of as vLLM 0.24's asynchronous
-scheduling does (`SchedulerConfig.async_scheduling`, on in `kneepoint sim`); `--intake-serial-us` sets the serial part of the API-server intake per prompt
-token (`serving.apiSerialUsPerPromptToken`; the rest overlaps, `simulator.intake`); `--delay-ms` adds a fixed delay between a finish and the next
-request's arrival at the API server. Each request's times count from its send; prompts are
-1025 tokens (the simulator's count of the captures' 1024 words), outputs as the capture's.
+scheduling does (`SchedulerConfig.async_scheduling`, on in `kneepoint sim`); the `--intake-*`
+flags replace the API-server intake's constants (`serving.apiUsPerRequest`,
+`apiGateUsPerRequest`, `apiSerialUsPerRequest`, `apiUsPerPromptToken`, `apiSerialUsPerPromptToken`; `simulator.intake`);
+`--delay-ms` adds a fixed delay between a finish and the next request's arrival at the API
+server. `--bursts` replays instead real vLLM's isolated bursts (run 4's 1,024-token bursts of
+the 8B, run 8's 128- and 1,024-token bursts and c1 loads of the 8B and 1B: N requests sent at
+once, 16-token replies) and prints the mean TTFT and the first request's. Each request's times
+count from its send; prompts count one token more than the captures' words (the simulator's
+count: the BOS token), outputs as the capture's.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import heapq
+import json
 import statistics
 import sys
 from dataclasses import replace
@@ -27,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_vs_real_vllm import FIGURES, MODELS, captures, engine_args
+from sim_vs_real_vllm import DATA, FIGURES, MODELS, captures, engine_args
 
 from kneepoint.loadgen.statistics import percentile_sorted
 from kneepoint.simulator.engine import SimulatorSettings, scheduler_config
@@ -35,17 +44,17 @@ from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.scheduler import Scheduler
 from kneepoint.simulator.virtual_tier import start_engine
 
-PROMPT = 1025
+BOS = 1  # the simulator counts a prompt of n words as n + 1 tokens
 
 
-def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, async_scheduling: bool, serial_us: float) -> dict[str, float]:
+def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, async_scheduling: bool, intake: Intake) -> dict[str, float]:
     """The load generator's figures of one capture's first measured phase (after its warm-up)."""
     concurrency, measured, warmup, output = config["concurrency"], config["numRequests"], config["warmupRequests"], config["outputLen"]
+    prompt = config["inputLen"] + BOS
     now = [0.0]
     sched_config = replace(scheduler_config(settings), async_scheduling=async_scheduling)
     sched = Scheduler(sched_config, settings.perf.step_time, clock=lambda: now[0], noise=settings.noise, seed=seed)
-    intake = Intake(settings.perf.calibration.serving.api_us_per_prompt_token, serial_us)
-    arrivals: list[tuple[float, int]] = []  # (reaches the engine, index): the engine.Engine.intake queue
+    delayed: list[tuple[float, int]] = []  # (reaches the API server, index): --delay-ms
     starts: dict[int, float] = {}
     tokens: dict[int, list[float]] = {}
     done: list[int] = []
@@ -57,16 +66,18 @@ def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, asyn
             return
         index, sent = sent, sent + 1
         starts[index], tokens[index] = t, []
-        heapq.heappush(arrivals, (intake.arrival(t + delay, PROMPT), index))
+        heapq.heappush(delayed, (t + delay, index))
 
     def drain(phase_end: int) -> None:
         while len(done) < phase_end:
-            while arrivals and arrivals[0][0] <= now[0]:
-                at, index = heapq.heappop(arrivals)
-                sched.add_request(str(index), PROMPT, output, arrival_time=at)
+            while delayed and delayed[0][0] <= now[0]:
+                at, index = heapq.heappop(delayed)
+                intake.receive(at, index, prompt)
+            for at, index in intake.reached(now[0]):
+                sched.add_request(str(index), prompt, output, arrival_time=at)
             step = sched.schedule(now[0])
             if step is None:
-                now[0] = arrivals[0][0]
+                now[0] = min(t for t in (intake.next_event(), delayed[0][0] if delayed else None) if t is not None)
                 continue
             end = now[0] + step.duration
             outcome = sched.complete(step, end)
@@ -95,10 +106,39 @@ def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, asyn
         "outputTokensPerSecond": sum(len(tokens[i]) for i in kept) / duration,
         "ttftP50Ms": percentile_sorted(ttft, 50),
         "ttftP99Ms": percentile_sorted(ttft, 99),
+        "ttftMeanMs": statistics.fmean(ttft),
+        "ttftFirstMs": ttft[0],
         "tpotMeanMs": statistics.fmean(tpot),
         "latencyP50Ms": percentile_sorted(e2e, 50),
         "latencyP99Ms": percentile_sorted(e2e, 99),
     }
+
+
+BURST_FILES = {
+    "8b-tp1": ("8b-tp1-intake-bursts.json.gz", "8b-tp1-r8-bursts-and-ttft.json.gz"),
+    "1b-tp1": ("1b-tp1-r8-bursts-and-ttft.json.gz",),
+}
+
+
+def bursts(model: str) -> dict[str, dict]:
+    """Real vLLM's isolated bursts and c1 loads of ``model`` by name (run 4's with "r4-" before)."""
+    found = {}
+    for name in BURST_FILES.get(model, ()):
+        with gzip.open(DATA / name, "rt") as f:
+            doc = json.load(f)
+        loads = doc.get("loads", doc)
+        for tag, load in loads.items():
+            if tag.startswith(("burst-", "c1-")):
+                found[tag if "r8" in name else f"r4-{tag}"] = load
+    return found
+
+
+def real_burst(load: dict) -> tuple[float, float]:
+    """(mean TTFT, the earliest request's TTFT) of a real load's measured requests, in ms."""
+    reqs = [r for r in load["requests"] if r.get("ttftMs") is not None]
+    skip = load["config"]["warmupRequests"]
+    reqs = sorted(reqs, key=lambda r: r["index"])[skip:] if skip else reqs
+    return statistics.fmean(r["ttftMs"] for r in reqs), min(r["ttftMs"] for r in reqs)
 
 
 def main() -> None:
@@ -110,7 +150,12 @@ def main() -> None:
         default=SimulatorSettings.async_scheduling,
         help="vLLM 0.24's asynchronous scheduling",
     )
-    parser.add_argument("--intake-serial-us", type=float, default=None, help="default: the shipped calibration's")
+    parser.add_argument("--intake-us-per-request", type=float, default=None, help="default: the shipped calibration's")
+    parser.add_argument("--intake-serial-us-per-request", type=float, default=None, help="default: the shipped calibration's")
+    parser.add_argument("--intake-gate-us-per-request", type=float, default=None, help="default: the shipped calibration's")
+    parser.add_argument("--intake-us", type=float, default=None, help="per prompt token; default: the shipped calibration's")
+    parser.add_argument("--intake-serial-us", type=float, default=None, help="per prompt token; default: the shipped calibration's")
+    parser.add_argument("--bursts", action="store_true", help="replay real vLLM's isolated bursts instead of the closed-loop captures")
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--only", default="")
@@ -121,26 +166,55 @@ def main() -> None:
     args = parser.parse_args()
     settings = start_engine([*engine_args(MODELS[args.model][2], args.model), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
     assert settings is not None
-    serial_us = settings.perf.calibration.serving.api_serial_us_per_prompt_token if args.intake_serial_us is None else args.intake_serial_us
+    serving = settings.perf.calibration.serving
+    serving = replace(
+        serving,
+        api_us_per_request=serving.api_us_per_request if args.intake_us_per_request is None else args.intake_us_per_request,
+        api_gate_us_per_request=(
+            serving.api_gate_us_per_request if args.intake_gate_us_per_request is None else args.intake_gate_us_per_request
+        ),
+        api_serial_us_per_request=(
+            serving.api_serial_us_per_request if args.intake_serial_us_per_request is None else args.intake_serial_us_per_request
+        ),
+        api_us_per_prompt_token=serving.api_us_per_prompt_token if args.intake_us is None else args.intake_us,
+        api_serial_us_per_prompt_token=serving.api_serial_us_per_prompt_token if args.intake_serial_us is None else args.intake_serial_us,
+    )
     only = {s for s in args.only.split(",") if s} or None
     print(
-        f"virtual clock, {'asynchronous' if args.async_ else 'synchronous'} scheduling, intake serial {serial_us:g} µs/token, delay {args.delay_ms:g} ms, {args.seeds} seeds"
+        f"virtual clock, {'asynchronous' if args.async_ else 'synchronous'} scheduling, intake {serving.api_us_per_request:g} µs/request "
+        f"({serving.api_gate_us_per_request:g} gate, {serving.api_serial_us_per_request:g} serial) + {serving.api_us_per_prompt_token:g} µs/token "
+        f"({serving.api_serial_us_per_prompt_token:g} serial), delay {args.delay_ms:g} ms, {args.seeds} seeds"
     )
+    worst, outside = 0.0, 0
+
+    def row(name: str, workload: str, label: str, real: float, sim: float) -> None:
+        nonlocal worst, outside
+        err = sim / real - 1.0
+        worst, outside = max(worst, abs(err)), outside + (abs(err) > args.tolerance)
+        fmt = "{:,.0f}" if label == "out tok/s" else "{:,.1f}" if real >= 100 else "{:.2f}"
+        print(f"| {name} | {workload} | {label} | {fmt.format(real)} | {fmt.format(sim)} | {err:+.1%} |", flush=True)
+
     print("| capture | workload | figure | real vLLM | simulator (virtual) | error |")
     print("|---|---|---|---|---|---|")
-    worst, outside = 0.0, 0
-    for name, cap in captures(only, (args.model,)).items():
-        c = cap["config"]
-        if c["api"] != "completions" or c["inputLen"] != 1024:
-            continue  # the replay's prompts are the 1024-word completions of the sweep
-        runs = [run(settings, c, args.delay_ms / 1e3, seed, args.async_, serial_us) for seed in range(args.seeds)]
-        for label, key in FIGURES:
-            real, sim = float(cap["summary"][key]), statistics.median(r[key] for r in runs)
-            err = sim / real - 1.0
-            worst, outside = max(worst, abs(err)), outside + (abs(err) > args.tolerance)
-            fmt = "{:,.0f}" if key == "outputTokensPerSecond" else "{:,.1f}" if real >= 100 else "{:.2f}"
-            workload = f"c{c['concurrency']} x{c['numRequests']}"
-            print(f"| {name} | {workload} | {label} | {fmt.format(real)} | {fmt.format(sim)} | {err:+.1%} |", flush=True)
+    if args.bursts:
+        for name, load in bursts(args.model).items():
+            c = load["config"]
+            if only and name not in only:
+                continue
+            runs = [run(settings, c, args.delay_ms / 1e3, seed, args.async_, Intake.of(serving)) for seed in range(args.seeds)]
+            mean, first = real_burst(load)
+            workload = f"{c['inputLen']}/{c['outputLen']} c{c['concurrency']} x{c['numRequests']}"
+            row(name, workload, "TTFT mean", mean, statistics.median(r["ttftMeanMs"] for r in runs))
+            row(name, workload, "TTFT first", first, statistics.median(r["ttftFirstMs"] for r in runs))
+    else:
+        for name, cap in captures(only, (args.model,)).items():
+            c = cap["config"]
+            if c["api"] != "completions":
+                continue  # a chat prompt's token count is the chat template's
+            runs = [run(settings, c, args.delay_ms / 1e3, seed, args.async_, Intake.of(serving)) for seed in range(args.seeds)]
+            workload = f"{c['inputLen']}/{c['outputLen']} c{c['concurrency']} x{c['numRequests']}"
+            for label, key in FIGURES:
+                row(name, workload, label, float(cap["summary"][key]), statistics.median(r[key] for r in runs))
     print(f"\n{outside} figures outside {args.tolerance:.0%}; worst {worst:.1%}")
 
 

@@ -89,6 +89,14 @@ class ServingCalibration:
     host side), read from real vLLM's inter-token latency minus its traced step time."""
     host_us_per_seq: float
     """Added host time per running sequence (output processing, detokenisation)."""
+    api_us_per_request: float
+    """This much per request between a request's arrival at vLLM's API server and the engine,
+    whatever its prompt's length (parsing, validation, the hand-over to the engine core)."""
+    api_gate_us_per_request: float
+    """The part of ``api_us_per_request`` that the API server's process shares between the requests
+    it holds, so that a burst leaves it together (``simulator.intake``)."""
+    api_serial_us_per_request: float
+    """The part of ``api_us_per_request`` handed over one request after another, after the gate."""
     api_us_per_prompt_token: float
     """This much per prompt token between a request's arrival at vLLM's API server and the engine
     (with the prefill, the unprofiled TTFT at concurrency 1)."""
@@ -167,6 +175,9 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
         serving=ServingCalibration(
             host_us_per_step=float(v["hostUsPerStep"]),
             host_us_per_seq=float(v["hostUsPerSeq"]),
+            api_us_per_request=float(v["apiUsPerRequest"]),
+            api_gate_us_per_request=float(v["apiGateUsPerRequest"]),
+            api_serial_us_per_request=float(v["apiSerialUsPerRequest"]),
             api_us_per_prompt_token=float(v["apiUsPerPromptToken"]),
             api_serial_us_per_prompt_token=float(v["apiSerialUsPerPromptToken"]),
             cpu_floor_us_per_step=float(v["cpuFloorUsPerStep"]),
@@ -215,6 +226,9 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
         "serving": {
             "hostUsPerStep": cal.serving.host_us_per_step,
             "hostUsPerSeq": cal.serving.host_us_per_seq,
+            "apiUsPerRequest": cal.serving.api_us_per_request,
+            "apiGateUsPerRequest": cal.serving.api_gate_us_per_request,
+            "apiSerialUsPerRequest": cal.serving.api_serial_us_per_request,
             "apiUsPerPromptToken": cal.serving.api_us_per_prompt_token,
             "apiSerialUsPerPromptToken": cal.serving.api_serial_us_per_prompt_token,
             "cpuFloorUsPerStep": cal.serving.cpu_floor_us_per_step,

@@ -214,8 +214,8 @@ class Engine:
         self.settings = settings
         loop = asyncio.get_running_loop()
         self._loop = loop
-        serving = settings.perf.calibration.serving
-        self._intake = Intake(serving.api_us_per_prompt_token, serving.api_serial_us_per_prompt_token)
+        self._intake = Intake.of(settings.perf.calibration.serving)
+        self._intake_timer: asyncio.TimerHandle | None = None
         self._idle_arrival: float | None = None  # modelled arrival of the request that woke an idle engine
         config = scheduler_config(settings)
         self.scheduler = Scheduler(config, settings.perf.step_time, clock=loop.time, noise=settings.noise, seed=settings.seed)
@@ -285,22 +285,35 @@ class Engine:
         return self._loop.time()
 
     async def intake(self, prompt_tokens: int, received_at: float | None = None) -> float:
-        """Hold a request for vLLM's API-server intake. One process takes requests one after another
-        (parsing, tokenisation, hand-over to the engine core), so a burst of long prompts reaches the
-        engine spread out and late: in the real c32 capture, requests sent together started their
-        prefill some 70 ms after a wave's last token, while the others' decode steps ran on.
+        """Hold a request for vLLM's API-server intake (``simulator.intake``): a lone request for the
+        intake's whole cost, a burst until the API server's process, shared between them, has done
+        them all, so a burst reaches the engine late and together.
 
         The cost runs from ``received_at`` (the handler's start) when given, so the simulator's own
         parsing and response set-up count toward it instead of adding to it. Returns the modelled
         time the request reaches the engine."""
         now = self._loop.time()
         start = now if received_at is None else min(received_at, now)
-        if self._intake.us_per_prompt_token <= 0:
+        if self._intake.free:
             return start
-        at = self._intake.arrival(start, prompt_tokens)
-        if at > now:
-            await asyncio.sleep(at - now)
-        return at
+        reached: asyncio.Future[float] = self._loop.create_future()
+        self._intake.receive(start, reached, prompt_tokens)
+        self._pump_intake()
+        return await reached
+
+    def _pump_intake(self, due: float = 0.0) -> None:
+        """Hand over what the intake has done by now (or by ``due``, the event a timer was set for:
+        the loop may run it a clock tick early) and wake again at its next event."""
+        if self._intake_timer is not None:
+            self._intake_timer.cancel()
+            self._intake_timer = None
+        for at, reached in self._intake.reached(max(self._loop.time(), due)):
+            assert isinstance(reached, asyncio.Future)
+            if not reached.done():  # a client that went away leaves its request's work behind
+                reached.set_result(at)
+        wake = self._intake.next_event()
+        if wake is not None:
+            self._intake_timer = self._loop.call_at(wake, self._pump_intake, wake)
 
     def submit(self, handle: RequestHandle, finish_reason: str, arrival: float | None = None) -> None:
         """Queue a request; ``arrival`` is its modelled arrival (from :meth:`intake`): an idle engine's

@@ -24,7 +24,7 @@ on simulated time, without sockets or sleeping. Nothing of the model is copied:
 
 - a request reaches the engine through the simulator's API-server intake
   (:class:`~kneepoint.simulator.intake.Intake`, as ``engine.Engine`` admits it): a burst of
-  prompts arrives spread out and later, as on real vLLM. Without it every closed-loop slot's
+  prompts arrives later, and together, as on real vLLM. Without it every closed-loop slot's
   request reached the engine at the instant it was sent, and the in-process P99 was up to 38 %
   above real vLLM's where the HTTP simulator's was within 10 % (``benchmarks/predict_bands.py``).
 
@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
@@ -307,8 +306,7 @@ class _VirtualRun:
         self.scheduler = Scheduler(config, settings.perf.step_time, clock=lambda: self.now, noise=settings.noise, seed=settings.seed)
         self.steps: list[_Step] = []
         self.sent = 0
-        serving = settings.perf.calibration.serving
-        self.intake = Intake(serving.api_us_per_prompt_token, serving.api_serial_us_per_prompt_token)
+        self.intake = Intake.of(settings.perf.calibration.serving)
 
     def prompt_tokens(self, phase: str) -> int:
         """Prompt tokens the simulator counts for this phase's prompts (synthetic prompts of one length count alike)."""
@@ -328,7 +326,6 @@ class _VirtualRun:
         meta: dict[str, tuple[int, float]] = {}
         times: dict[str, list[float]] = {}
         state = {"next": 0, "stopped": False}
-        pending: deque[tuple[float, str]] = deque()  # (reaches the engine, id); the intake keeps receipt order
 
         def send() -> None:
             while not state["stopped"] and state["next"] < phase.count:
@@ -351,7 +348,7 @@ class _VirtualRun:
                     )
                     continue
                 rid = f"{phase.name}-{index}"
-                pending.append((self.intake.arrival(self.now, prompt), rid))
+                self.intake.receive(self.now, rid, prompt)
                 meta[rid] = (index, self.now)
                 times[rid] = []
                 return
@@ -359,13 +356,13 @@ class _VirtualRun:
         for _ in range(min(w.concurrency, phase.count)):
             send()
         while meta:
-            while pending and pending[0][0] <= self.now:
-                at, rid = pending.popleft()
-                sched.add_request(rid, prompt, w.output_len, arrival_time=at)
+            for at, rid in self.intake.reached(self.now):
+                sched.add_request(str(rid), prompt, w.output_len, arrival_time=at)
             step = sched.schedule(self.now)
             if step is None:
-                if pending:
-                    self.now = pending[0][0]  # idle until the next request reaches the engine
+                reach = self.intake.next_event()
+                if reach is not None:
+                    self.now = max(self.now, reach)  # idle until the intake next changes
                     continue
                 raise RuntimeError("the scheduler has requests but cannot schedule any (KV pool smaller than one request)")
             usage = sched.kv_cache_usage

@@ -45,10 +45,10 @@ def test_the_shipped_bands_cover_every_real_vllm_capture() -> None:
 
 
 def test_bands_grow_with_tp_and_over_pcie() -> None:
-    assert lp.bands(Tier(1), "nvlink") == (0.065, 0.34, 0.0)
+    assert lp.bands(Tier(1), "nvlink") == (0.025, 0.36, 0.0)
     t, p, s = lp.bands(Tier(4), "nvlink")
-    assert (round(t, 3), round(p, 3), s) == (0.205, 0.48, 0.14)
-    assert lp.bands(Tier(4), "pcie")[2] == 0.321
+    assert (round(t, 3), round(p, 3), s) == (0.165, 0.5, 0.14)
+    assert lp.bands(Tier(4), "pcie")[2] == 0.322
 
 
 def test_a_70b_engine_that_does_not_fit_one_gpu_is_predicted_not_to_start() -> None:

@@ -28,6 +28,7 @@ from kneepoint.simulator.calibration_vllm import (
     load_ttft_c1_ms,
     parse_annotation,
 )
+from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.perf_model import StepWork, decode_work, prefill_work
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
@@ -82,7 +83,7 @@ def test_decode_step_with_host_time_within_5_percent_of_real_itl(conc) -> None:
 
 def test_first_token_at_concurrency_1_within_5_percent() -> None:
     work = prefill_work(PROMPT)
-    intake = CAL.serving.api_us_per_prompt_token * PROMPT * 1e-6
+    intake = Intake.of(CAL.serving).lone_seconds(PROMPT)
     ttft = (MODEL.gpu_step_time(work).seconds + MODEL.host_seconds(work) + intake) * 1e3
     assert abs(ttft / load_ttft_c1_ms(DATA) - 1.0) <= 0.05
 

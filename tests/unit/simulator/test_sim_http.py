@@ -471,56 +471,49 @@ async def test_x_request_id_names_the_response_and_the_truth_line(tmp_path) -> N
     assert ids == {"cmpl-abc-1"} | {t["id"] for t in twins}
 
 
-async def test_api_server_intake_overlaps_a_burst_but_its_serial_share(monkeypatch) -> None:
-    """A burst reaches the engine spread by each prompt's serial share of the intake
-    (serving.apiSerialUsPerPromptToken), the first after the whole cost (serving.apiUsPerPromptToken)."""
+async def test_api_server_intake_holds_a_burst_until_the_gate_lets_it_through() -> None:
+    """A burst waits for the API server's gate, shared between its requests (serving.apiGateUsPerRequest),
+    then the hand-over's serial share per prompt token (serving.apiSerialUsPerPromptToken); a lone
+    request takes the whole cost (simulator.intake)."""
     settings = make_settings()
     engine, runners, task = await start(settings)
     try:
-        per_token = settings.perf.calibration.serving.api_us_per_prompt_token * 1e-6
-        serial = settings.perf.calibration.serving.api_serial_us_per_prompt_token * 1e-6
-        assert per_token >= serial > 0
-        waits: list[float] = []
-        real_sleep = asyncio.sleep
-
-        async def recording_sleep(delay: float) -> None:
-            waits.append(delay)
-            await real_sleep(0)
-
-        monkeypatch.setattr(asyncio, "sleep", recording_sleep)
-        monkeypatch.setattr(engine._loop, "time", lambda: 100.0)  # a frozen clock: only the queue counts
-        await asyncio.gather(engine.intake(1000), engine.intake(1000), engine.intake(500))
-        first = 1000 * per_token
-        assert waits == pytest.approx([first, first + 1000 * serial, first + 1500 * serial])
+        serving = settings.perf.calibration.serving
+        model = Intake.of(serving)
+        assert serving.api_gate_us_per_request > 0
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        got = await asyncio.gather(engine.intake(1000, t0), engine.intake(1000, t0), engine.intake(500, t0))
+        waited = loop.time()
+        for i, prompt in enumerate((1000, 1000, 500)):
+            model.receive(t0, i, prompt)
+        expected: dict[int, float] = {}
+        while (t := model.next_event()) is not None:
+            expected.update((int(k), at) for at, k in model.reached(t))  # type: ignore[call-overload]
+        assert got == pytest.approx([expected[0], expected[1], expected[2]], abs=1e-9)
+        assert got[0] >= t0 + model.lone_seconds(1000) + 2 * serving.api_gate_us_per_request * 1e-6 - 1e-9
+        assert waited >= max(got) - 0.002  # the awaits lasted until then (the event loop's timer slack aside)
     finally:
-        monkeypatch.undo()
         await stop(engine, runners, task)
 
 
-async def test_intake_cost_runs_from_the_handlers_start(monkeypatch) -> None:
+async def test_intake_cost_runs_from_the_handlers_start() -> None:
     """The simulator's own parsing and response set-up before the intake count toward the modelled
     cost instead of adding to it; the modelled arrival is what an idle engine paces its first step from."""
     settings = make_settings()
     engine, runners, task = await start(settings)
     try:
-        per_token = settings.perf.calibration.serving.api_us_per_prompt_token * 1e-6
-        waits: list[float] = []
-        real_sleep = asyncio.sleep
-
-        async def recording_sleep(delay: float) -> None:
-            waits.append(delay)
-            await real_sleep(0)
-
-        monkeypatch.setattr(asyncio, "sleep", recording_sleep)
-        monkeypatch.setattr(engine._loop, "time", lambda: 100.0)
-        arrival = await engine.intake(1000, received_at=100.0 - 0.002)
-        assert arrival == pytest.approx(100.0 - 0.002 + 1000 * per_token)
-        assert waits == pytest.approx([1000 * per_token - 0.002])
-        # A request that spent longer than its cost before the intake is not held at all.
-        waits.clear()
-        engine._intake = Intake(engine._intake.us_per_prompt_token, engine._intake.serial_us_per_prompt_token)
-        assert await engine.intake(100, received_at=99.0) == pytest.approx(99.0 + 100 * per_token)
-        assert waits == []
+        loop = asyncio.get_running_loop()
+        lone = Intake.of(settings.perf.calibration.serving).lone_seconds(1000)
+        now = loop.time()
+        arrival = await engine.intake(1000, received_at=now - 0.002)
+        assert arrival == pytest.approx(now - 0.002 + lone, abs=1e-6)
+        # A request that spent longer than its overlapped part before the intake is held only for the
+        # gate and the hand-over, which run no earlier than now.
+        serving = settings.perf.calibration.serving
+        now = loop.time()
+        arrival = await engine.intake(100, received_at=now - 1.0)
+        shared = (serving.api_gate_us_per_request + serving.api_serial_us_per_request + serving.api_serial_us_per_prompt_token * 100) * 1e-6
+        assert now - 0.05 <= arrival - shared <= now + 1e-6
     finally:
-        monkeypatch.undo()
         await stop(engine, runners, task)

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.perf_model import prefill_work
 from kneepoint.simulator.virtual_tier import (
     AdaptiveStop,
@@ -168,14 +169,12 @@ def test_adaptive_stop_never_sends_more_than_the_fixed_plan():
 
 def test_a_request_reaches_the_engine_through_the_api_servers_intake():
     # As over HTTP (engine.Engine): a lone request's first token comes after its intake and its prefill
-    # step; a burst's requests reach the engine one serial share apart, so the last of eight waits longer.
+    # step; a burst's requests share the API server's gate, so eight sent together wait longer than a lone one.
     settings = engine(noise=0.0).settings
-    serving = settings.perf.calibration.serving
     prompt = 1025  # 1,024 words + BOS
-    intake_ms = serving.api_us_per_prompt_token * prompt * 1e-3
+    intake = Intake.of(settings.perf.calibration.serving)
     lone = run_load_test(settings, Workload(concurrency=1, num_requests=4, input_len=1024, output_len=4)).summary
     prefill_ms = settings.perf.step_time(prefill_work(prompt)).seconds * 1e3
-    assert lone["ttftP50Ms"] == pytest.approx(intake_ms + prefill_ms, rel=0.02)
+    assert lone["ttftP50Ms"] == pytest.approx(intake.lone_seconds(prompt) * 1e3 + prefill_ms, rel=0.02)
     burst = run_load_test(settings, Workload(concurrency=8, num_requests=8, input_len=1024, output_len=4)).summary
-    serial_ms = serving.api_serial_us_per_prompt_token * prompt * 1e-3
-    assert burst["ttftP99Ms"] - burst["ttftP50Ms"] >= 3 * serial_ms
+    assert burst["ttftP50Ms"] >= lone["ttftP50Ms"] + 7 * intake.gate_us_per_request * 1e-3
