@@ -110,6 +110,9 @@ class ServingCalibration:
     of kernels in a 1.5 ms period)."""
     cpu_floor_us_per_seq: float
     """Added CPU time per step for each scheduled sequence."""
+    cpu_non_graph_us_per_layer: float
+    """Added CPU time per layer of a step larger than vLLM's largest CUDA graph, which launches its
+    kernels one by one (run 8: a lone 320-token prompt on the 8B takes ~6 ms more than its compute)."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,7 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             api_serial_us_per_prompt_token=float(v["apiSerialUsPerPromptToken"]),
             cpu_floor_us_per_step=float(v["cpuFloorUsPerStep"]),
             cpu_floor_us_per_seq=float(v["cpuFloorUsPerSeq"]),
+            cpu_non_graph_us_per_layer=float(v["cpuNonGraphUsPerLayer"]),
         ),
     )
 
@@ -233,6 +237,7 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "apiSerialUsPerPromptToken": cal.serving.api_serial_us_per_prompt_token,
             "cpuFloorUsPerStep": cal.serving.cpu_floor_us_per_step,
             "cpuFloorUsPerSeq": cal.serving.cpu_floor_us_per_seq,
+            "cpuNonGraphUsPerLayer": cal.serving.cpu_non_graph_us_per_layer,
         },
     }
 

@@ -61,6 +61,7 @@ from kneepoint.simulator.perf_model import (
     Hardware,
     PerfModel,
     StepWork,
+    default_cuda_graph_max_tokens,
     prefill_work,
     shape_from_architecture,
 )
@@ -239,6 +240,7 @@ def h200_model(cal: Calibration, preset: str, tp: int = 1, interconnect: str = "
         pipeline_parallel=1,
         weight_bytes_per_gpu=est.weights_bytes_per_gpu,
         kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
+        cuda_graph_max_tokens=default_cuda_graph_max_tokens(max_num_seqs),
     )
     return PerfModel(shape_from_architecture(arch), Hardware.from_gpu(gpu, interconnect), deployment, cal)
 
@@ -425,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
                 "apiSerialUsPerPromptToken": v.api_serial_us_per_prompt_token,
                 "cpuFloorUsPerStep": v.cpu_floor_us_per_step,
                 "cpuFloorUsPerSeq": v.cpu_floor_us_per_seq,
+                "cpuNonGraphUsPerLayer": v.cpu_non_graph_us_per_layer,
             }
         )
         target.write_text(json.dumps(doc, indent=2) + "\n")

@@ -46,7 +46,14 @@ from kneepoint.core.memory_estimate import (
 from kneepoint.core.tiers import Tier
 from kneepoint.simulator.calibration import load_calibration
 from kneepoint.simulator.engine import SimulatorSettings
-from kneepoint.simulator.perf_model import INTERCONNECTS, Deployment, Hardware, PerfModel, shape_from_architecture
+from kneepoint.simulator.perf_model import (
+    INTERCONNECTS,
+    Deployment,
+    Hardware,
+    PerfModel,
+    default_cuda_graph_max_tokens,
+    shape_from_architecture,
+)
 from kneepoint.simulator.profiler import ProfilerConfig, ProfilerConfigError, parse_profiler_config
 from kneepoint.simulator.server import VLLM_VERSION, serve_forever
 from kneepoint.simulator.startup import NO_KV_MEMORY, EngineRefusal, StartupFigures, run_failure
@@ -449,6 +456,7 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
         kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
         activation_bytes=4 if weight_dtype == "float32" else 2,
         enforce_eager=opts["enforce_eager"],
+        cuda_graph_max_tokens=default_cuda_graph_max_tokens(max_num_seqs),
     )
     perf = PerfModel(shape_from_architecture(arch), hardware, deployment, load_calibration())
     # vllm:cache_config_info's labels as vLLM 0.24 writes them (tests/data/vllm/8b-tp1-cache-config-info-mns128.txt).

@@ -100,6 +100,12 @@ class Hardware:
         )
 
 
+def default_cuda_graph_max_tokens(max_num_seqs: int) -> int:
+    """vLLM's default ``max_cudagraph_capture_size``: min(2 x --max-num-seqs, 512) (the serve logs
+    of tests/data/vllm print 256 at 128 sequences, 128 at 64)."""
+    return min(2 * max_num_seqs, 512)
+
+
 @dataclass(frozen=True)
 class Deployment:
     """How the model is laid out on the replica's GPUs, as per-GPU byte counts."""
@@ -112,6 +118,9 @@ class Deployment:
     activation_bytes: int = 2
     """Bytes per activation element (bf16/fp16: 2), what the collectives move."""
     enforce_eager: bool = False
+    cuda_graph_max_tokens: int = 256
+    """vLLM's largest CUDA graph in tokens a step (:func:`default_cuda_graph_max_tokens`); a
+    larger step runs its kernels without a graph."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +232,8 @@ class PerfModel:
         self._host_seq = v.host_us_per_seq * 1e-6
         self._cpu_floor_step = v.cpu_floor_us_per_step * 1e-6
         self._cpu_floor_seq = v.cpu_floor_us_per_seq * 1e-6
+        self._cpu_non_graph = v.cpu_non_graph_us_per_layer * self._stage_layers * 1e-6
+        self._graph_max_tokens = deployment.cuda_graph_max_tokens
 
     # -- pieces ----------------------------------------------------------------------------
     def _weights_read(self, tokens: int) -> float:
@@ -284,8 +295,12 @@ class PerfModel:
 
     def cpu_floor_seconds(self, work: StepWork) -> float:
         """vLLM's CPU time for a step over ``work.seqs``: with asynchronous scheduling it overlaps
-        the GPU's work, so it bounds the step only when the GPU's part is shorter (small models)."""
-        return self._cpu_floor_step + self._cpu_floor_seq * work.seqs
+        the GPU's work, so it bounds the step only when the GPU's part is shorter (small models,
+        and steps too large for a CUDA graph, whose kernels are launched one by one)."""
+        floor = self._cpu_floor_step + self._cpu_floor_seq * work.seqs
+        if work.tokens > self._graph_max_tokens and not self.deployment.enforce_eager:
+            floor += self._cpu_non_graph
+        return floor
 
     def gpu_step_time(self, work: StepWork) -> StepTime:
         """The GPU's part of one step (what a profiler trace's step annotation spans)."""
