@@ -17,8 +17,10 @@ import pytest
 
 from kneepoint.simulator.calibration import load_calibration
 from kneepoint.simulator.calibration_vllm import llama8b_h200_tp1
+from kneepoint.simulator.engine import SimulatorSettings
 from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.perf_model import prefill_work
+from kneepoint.simulator.virtual_tier import Workload, run_load_test, start_engine
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
 CAL = load_calibration()
@@ -205,6 +207,15 @@ def run8(model: str) -> dict[str, dict]:
         return json.load(f)["loads"]
 
 
+def operator_engine(model: str) -> SimulatorSettings:
+    """An engine sized as ``kneepoint sim`` sizes it with the captures' flags (run 8's engines), no noise."""
+    settings = start_engine(
+        ["--model", model, "--max-num-seqs", "128", "--max-model-len", "4096", "--noise", "0", "--dcgm-port", "0"]
+    ).settings
+    assert settings is not None
+    return settings
+
+
 def mean_ttft_ms(load: dict) -> float:
     return sum(r["ttftMs"] for r in load["requests"]) / len(load["requests"])
 
@@ -230,12 +241,7 @@ def test_the_shipped_intake_replays_run8s_large_bursts(model: str, name: str, n:
     """The gate is what brings a burst's first tokens this late: on the virtual clock, with the
     operator's flags, the mean TTFT of a burst of 64 or 128 short prompts lies within 15 % of real
     vLLM's two tries (8B: 231-233 and 407-418 ms; 1B: 102-115 and 166-200 ms)."""
-    from kneepoint.simulator.virtual_tier import Workload, run_load_test, start_engine
-
-    settings = start_engine(
-        ["--model", name, "--max-num-seqs", "128", "--max-model-len", "4096", "--noise", "0", "--dcgm-port", "0"]
-    ).settings
-    assert settings is not None
+    settings = operator_engine(name)
     simulated = float(run_load_test(settings, Workload(concurrency=n, num_requests=n, input_len=128, output_len=16)).summary["ttftMeanMs"])
     real = [mean_ttft_ms(run8(model)[f"burst-128-n{n}{k}"]) for k in "ab"]
     assert 0.85 * min(real) <= simulated <= 1.15 * max(real), (simulated, real)
@@ -247,23 +253,7 @@ def test_a_step_above_the_largest_cuda_graph_costs_its_launches(prompt: int) -> 
     at 128 sequences) takes 22-26 ms to its first token (P50), 3-9 ms more than its compute. With
     the CPU time of a step launched without a graph (serving.cpuNonGraphUsPerLayer) the virtual
     clock's P50 is within 15 % of real vLLM's; without it, 21-25 % low at 320-448 tokens."""
-    from kneepoint.simulator.virtual_tier import Workload, run_load_test, start_engine
-
-    settings = start_engine(
-        [
-            "--model",
-            "meta-llama/Llama-3.1-8B-Instruct",
-            "--max-num-seqs",
-            "128",
-            "--max-model-len",
-            "4096",
-            "--noise",
-            "0",
-            "--dcgm-port",
-            "0",
-        ]
-    ).settings
-    assert settings is not None
+    settings = operator_engine("meta-llama/Llama-3.1-8B-Instruct")
     assert settings.perf.calibration.serving.cpu_non_graph_us_per_layer > 0
     load = run8("8b")[f"c1-p{prompt}"]
     work = Workload(concurrency=1, num_requests=8, input_len=prompt, output_len=16, warmup_requests=2)
