@@ -9,7 +9,7 @@ step-time noise: the prediction is the model's expectation. The result is a
 Error bands, per figure, from the simulator's measured error (docs/simulator.md):
 
 - throughput at TP1: 2.5 %, P99 at TP1: 36 %: ``benchmarks/predict_bands.py`` replays every real
-  vLLM 0.24 capture of the 8B in tests/data/vllm (one H200, 27 captures) the way the prediction runs
+  vLLM 0.24 capture of the 8B in tests/data/vllm (one H200, 31 captures) the way the prediction runs
   (in-process, no noise, through the simulator's API-server intake): output throughput within
   2.2 % (6.3 % before run 8's intake, run 6's decode-dominated c128), E2E P99 within 35.3 %
   (r3-c128, the one capture of six at c128 in vLLM's faster regime: real vLLM's own P99 at c128
