@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pytest import approx
 
 from kneepoint.core.architectures import get_preset
 from kneepoint.core.gpus import get_gpu_type
@@ -117,3 +118,22 @@ def test_mixed_step_costs_more_than_its_decode_part_alone() -> None:
     assert m.step_time(mixed).seconds > m.step_time(decode).seconds
     assert m.step_time(StepWork()).seconds == 0.0
     assert m.step_time(prefill_work(256, prior_tokens=1024)).seconds > m.step_time(prefill_work(256)).seconds
+
+
+def test_a_step_above_the_largest_cuda_graph_has_a_higher_cpu_floor() -> None:
+    # vLLM launches such a step's kernels one by one (run 8): serving.cpuNonGraphUsPerLayer per layer more.
+    from kneepoint.simulator.perf_model import default_cuda_graph_max_tokens
+
+    assert default_cuda_graph_max_tokens(128) == 256 and default_cuda_graph_max_tokens(64) == 128  # the serve logs
+    assert default_cuda_graph_max_tokens(1024) == 512
+    m = model()
+    per_layer = CAL.serving.cpu_non_graph_us_per_layer * 1e-6
+    inside, above = prefill_work(256), prefill_work(257)
+    assert m.cpu_floor_seconds(above) - m.cpu_floor_seconds(inside) == approx(32 * per_layer)
+    # It binds where the GPU's part is shorter (a lone 320-token prompt), not on a large prefill.
+    assert m.step_time(prefill_work(320)).seconds == approx(m.cpu_floor_seconds(prefill_work(320)))
+    big = prefill_work(4096)
+    assert m.step_time(big).seconds == approx(m.gpu_step_time(big).seconds + m.host_seconds(big))
+    # With --enforce-eager there is no graph to fall out of: the eager floor stands instead.
+    eager = model(eager=True)
+    assert eager.cpu_floor_seconds(above) == approx(eager.cpu_floor_seconds(inside))
