@@ -52,6 +52,7 @@ from kneepoint.simulator.calibration import (
     CALIBRATION_FILE,
     Calibration,
     calibration_from_json,
+    calibration_to_json,
     load_calibration,
 )
 from kneepoint.simulator.calibration_fit import MeasuredPoint, load_points, nelder_mead, predict
@@ -302,6 +303,7 @@ def fit(
     the PyTorch data: a fixed per-layer cost does not shrink with TP, streamed weights do); then the
     host constants."""
     host0 = start.serving
+    host_step, intake = host0.host_us_per_step * 1e-6, Intake.of(host0).lone_seconds(PROMPT)  # fixed through the fit
     pairs = tp_scaling_pairs(h200_points or [])
 
     def loss(vec: list[float]) -> float:
@@ -312,9 +314,7 @@ def fit(
             if comp.fitted:
                 total += math.log(model.gpu_step_time(comp.work()).seconds * 1e3 / comp.median_ms) ** 2
         # One 1024-token prefill at concurrency 1, the serving loop's time around it included.
-        ttft = (
-            model.gpu_step_time(prefill_work(PROMPT)).seconds + host0.host_us_per_step * 1e-6 + Intake.of(host0).lone_seconds(PROMPT)
-        ) * 1e3
+        ttft = (model.gpu_step_time(prefill_work(PROMPT)).seconds + host_step + intake) * 1e3
         total += 4.0 * math.log(ttft / ttft_c1_ms) ** 2  # the one unprofiled prefill, for the small ones
         for conc, itl in (decode_only_itl_p50 or {}).items():
             # A short context's decode step, the serving loop's start values around it.
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         cal = replace(cal, serving=replace(cal.serving, cpu_floor_us_per_step=floor_step, cpu_floor_us_per_seq=floor_seq))
         target = Path(str(resources.files("kneepoint.data").joinpath(CALIBRATION_FILE)))
         doc = json.loads(target.read_text())
-        c, v = cal.compute, cal.serving
+        c = cal.compute
         doc["compute"].update(
             _rounded(
                 {
@@ -416,20 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
         )
-        doc["serving"] = _rounded(
-            {
-                "hostUsPerStep": v.host_us_per_step,
-                "hostUsPerSeq": v.host_us_per_seq,
-                "apiUsPerRequest": v.api_us_per_request,
-                "apiGateUsPerRequest": v.api_gate_us_per_request,
-                "apiSerialUsPerRequest": v.api_serial_us_per_request,
-                "apiUsPerPromptToken": v.api_us_per_prompt_token,
-                "apiSerialUsPerPromptToken": v.api_serial_us_per_prompt_token,
-                "cpuFloorUsPerStep": v.cpu_floor_us_per_step,
-                "cpuFloorUsPerSeq": v.cpu_floor_us_per_seq,
-                "cpuNonGraphUsPerLayer": v.cpu_non_graph_us_per_layer,
-            }
-        )
+        doc["serving"] = _rounded(calibration_to_json(cal)["serving"])  # every serving constant, as the loader reads it
         target.write_text(json.dumps(doc, indent=2) + "\n")
         cal = calibration_from_json(doc)
     rows = comparison_rows(comps, cal)

@@ -232,7 +232,8 @@ class PerfModel:
         self._host_seq = v.host_us_per_seq * 1e-6
         self._cpu_floor_step = v.cpu_floor_us_per_step * 1e-6
         self._cpu_floor_seq = v.cpu_floor_us_per_seq * 1e-6
-        self._cpu_non_graph = v.cpu_non_graph_us_per_layer * self._stage_layers * 1e-6
+        # Under --enforce-eager no step has a graph to fall out of (the eager floor stands instead).
+        self._cpu_non_graph = 0.0 if deployment.enforce_eager else v.cpu_non_graph_us_per_layer * self._stage_layers * 1e-6
         self._graph_max_tokens = deployment.cuda_graph_max_tokens
 
     # -- pieces ----------------------------------------------------------------------------
@@ -298,7 +299,7 @@ class PerfModel:
         the GPU's work, so it bounds the step only when the GPU's part is shorter (small models,
         and steps too large for a CUDA graph, whose kernels are launched one by one)."""
         floor = self._cpu_floor_step + self._cpu_floor_seq * work.seqs
-        if work.tokens > self._graph_max_tokens and not self.deployment.enforce_eager:
+        if work.tokens > self._graph_max_tokens:
             floor += self._cpu_non_graph
         return floor
 

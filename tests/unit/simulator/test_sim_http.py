@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from test_sim_intake import arrivals  # same directory
 
 from kneepoint.simulator.command import build_settings, command
 from kneepoint.simulator.intake import Intake
@@ -485,12 +486,7 @@ async def test_api_server_intake_holds_a_burst_until_the_gate_lets_it_through() 
         t0 = loop.time()
         got = await asyncio.gather(engine.intake(1000, t0), engine.intake(1000, t0), engine.intake(500, t0))
         waited = loop.time()
-        for i, prompt in enumerate((1000, 1000, 500)):
-            model.receive(t0, i, prompt)
-        expected: dict[int, float] = {}
-        while (t := model.next_event()) is not None:
-            expected.update((int(k), at) for at, k in model.reached(t))  # type: ignore[call-overload]
-        assert got == pytest.approx([expected[0], expected[1], expected[2]], abs=1e-9)
+        assert got == pytest.approx(arrivals(model, [t0] * 3, [1000, 1000, 500]), abs=1e-9)
         assert got[0] >= t0 + model.lone_seconds(1000) + 2 * serving.api_gate_us_per_request * 1e-6 - 1e-9
         assert waited >= max(got) - 0.002  # the awaits lasted until then (the event loop's timer slack aside)
     finally:

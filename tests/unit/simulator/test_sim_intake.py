@@ -31,10 +31,12 @@ SERIAL_US = CAL.serving.api_serial_us_per_prompt_token
 WHOLE_COST_BEFORE_US = 8.0  # the intake before run 8: 8 µs per prompt token, all of it per token
 
 
-def arrivals(intake: Intake, sends: list[float], prompt: int = PROMPT) -> list[float]:
-    """When each request sent at ``sends`` (in order) reaches the engine, nothing else sent."""
-    for i, t in enumerate(sends):
-        intake.receive(t, i, prompt)
+def arrivals(intake: Intake, sends: list[float], prompt: int | list[int] = PROMPT) -> list[float]:
+    """When each request sent at ``sends`` (in order; one prompt length, or one each) reaches the
+    engine, nothing else sent."""
+    prompts = prompt if isinstance(prompt, list) else [prompt] * len(sends)
+    for i, (t, tokens) in enumerate(zip(sends, prompts, strict=True)):
+        intake.receive(t, i, tokens)
     reached: dict[int, float] = {}
     while (t := intake.next_event()) is not None:
         reached.update((int(k), at) for at, k in intake.reached(t))  # type: ignore[call-overload]
