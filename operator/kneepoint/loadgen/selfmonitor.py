@@ -2,7 +2,9 @@
 
 A client that saturates its core timestamps chunks late and issues requests late, so the
 server looks slower than it is. Two probes run beside the load in every worker process:
-- CPU: psutil's ``cpu_percent`` of this process every ``cpu_interval`` seconds, in cores;
+- CPU: this process's CPU time (``time.process_time``, the kernel's per-process clock, so a
+  window shorter than the kernel's 10 ms tick still reads what it used) over the wall time,
+  every ``cpu_interval`` seconds, in cores;
 - lag: a task sleeps ``lag_interval`` seconds and records how much later it woke up; a
   busy loop wakes it late, exactly as it delivers response chunks late.
 ``summary.judge_client_load`` turns the samples into the ``clientLimited`` verdict.
@@ -14,8 +16,6 @@ import asyncio
 import contextlib
 import time
 
-import psutil
-
 
 class SelfMonitor:
     """Samples CPU (cores) and loop lag (ms) of the current process while the loop runs."""
@@ -23,19 +23,19 @@ class SelfMonitor:
     def __init__(self, cpu_interval: float = 0.5, lag_interval: float = 0.05) -> None:
         self._cpu_interval = cpu_interval
         self._lag_interval = lag_interval
-        self._process = psutil.Process()
+        self._mark = (time.perf_counter(), time.process_time())
         self._cpu: list[float] = []
         self._lag_ms: list[float] = []
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
         """Start both probes in the running loop."""
-        self._process.cpu_percent(None)  # the first call only sets the reference point
+        self._mark = (time.perf_counter(), time.process_time())
         self._tasks = [asyncio.create_task(self._sample_cpu()), asyncio.create_task(self._sample_lag())]
 
     def reset(self) -> None:
         """Begin a new window (a phase)."""
-        self._process.cpu_percent(None)
+        self._mark = (time.perf_counter(), time.process_time())
         self._cpu = []
         self._lag_ms = []
 
@@ -46,7 +46,7 @@ class SelfMonitor:
         """
         cpu = list(self._cpu)
         if not cpu:
-            cpu.append(self._process.cpu_percent(None) / 100.0)
+            cpu.append(self._cores_since_mark())
         return cpu, list(self._lag_ms)
 
     async def stop(self) -> None:
@@ -58,10 +58,17 @@ class SelfMonitor:
                 await task
         self._tasks = []
 
+    def _cores_since_mark(self) -> float:
+        """CPU used since the last mark, in cores (process CPU seconds per wall second); moves the mark."""
+        wall, cpu = time.perf_counter(), time.process_time()
+        last_wall, last_cpu = self._mark
+        self._mark = (wall, cpu)
+        return (cpu - last_cpu) / (wall - last_wall) if wall > last_wall else 0.0
+
     async def _sample_cpu(self) -> None:
         while True:
             await asyncio.sleep(self._cpu_interval)
-            self._cpu.append(self._process.cpu_percent(None) / 100.0)
+            self._cpu.append(self._cores_since_mark())
 
     async def _sample_lag(self) -> None:
         while True:
