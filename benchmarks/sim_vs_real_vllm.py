@@ -178,13 +178,18 @@ def real_spread(caps: dict[str, dict]) -> dict[str, dict[str, tuple[float, float
 
 def step_table() -> tuple[list[str], float]:
     from kneepoint.simulator.calibration import load_calibration
-    from kneepoint.simulator.calibration_vllm import comparison_rows, load_compositions
+    from kneepoint.simulator.calibration_vllm import comparison_rows, llama70b_fp8_h200_tp1, load_compositions, load_fp8_compositions
 
-    rows = comparison_rows(load_compositions(DATA), load_calibration())
+    cal = load_calibration()
+    rows = comparison_rows(load_compositions(DATA), cal)
+    rows += [
+        {**r, "composition": f"70B fp8: {r['composition']}"}
+        for r in comparison_rows(load_fp8_compositions(DATA), cal, llama70b_fp8_h200_tp1(cal))
+    ]
     lines = ["| step composition | steps traced | real vLLM ms | simulator ms | error |", "|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['composition']} | {r['steps']} | {r['real_ms']:.2f} | {r['sim_ms']:.2f} | {r['error']:+.1%} |")
-    worst = max(abs(r["error"]) for r in rows if r["fitted"] and r["composition"].startswith("decode"))
+    worst = max(abs(r["error"]) for r in rows if r["fitted"] and "decode" in r["composition"] and "prefill" not in r["composition"])
     return lines, worst
 
 

@@ -269,7 +269,9 @@ def _link_from(vec: Sequence[float], template: LinkCalibration) -> LinkCalibrati
 
 
 def _with_compute(cal: Calibration, vec: Sequence[float]) -> Calibration:
-    return replace(cal, compute=ComputeCalibration(**dict(zip(_COMPUTE_KEYS, vec))))
+    # fp8's rate is fitted to real vLLM only (calibration_vllm): the PyTorch data are bf16
+    compute = ComputeCalibration(**dict(zip(_COMPUTE_KEYS, vec)), fp8_compute_efficiency=cal.compute.fp8_compute_efficiency)
+    return replace(cal, compute=compute)
 
 
 def _with_links(cal: Calibration, nv: Sequence[float], pcie: Sequence[float]) -> Calibration:

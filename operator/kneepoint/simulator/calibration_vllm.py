@@ -75,6 +75,12 @@ STEP_FILES = (
     ("8b-tp1-steps-c32.txt", "decode"),
     ("8b-tp1-steps-c128.txt", "all"),
 )
+FP8_STEP_FILES = (("70b-fp8-tp1-steps-r10-c1.txt", "all"), ("70b-fp8-tp1-steps-r10-c16a.txt", "all"))
+"""Run 10's traces of Llama-3.1-70B with online fp8 on one H200 (the large-model example's flags,
+``--max-num-seqs 64``): a lone 1,024-token prefill, decode at 1 and 16, and whole 8,192-token
+prefill steps."""
+FP8_TTFT_FILES = ("70b-fp8-tp1-loadgen-c1.json", "70b-fp8-tp1-loadgen-r6-c1b.json", "70b-fp8-tp1-loadgen-r10-c1.json")
+FP8_PRESET, FP8_MAX_NUM_SEQS = "llama-3-70b", 64
 MAX_NUM_SEQS = 128  # run 1's engine (the first trace's was 32: its steps fit either graph list alike)
 PROMPT, OUTPUT = 1024, 256  # the traced workloads
 MEAN_DECODE_CONTEXT = PROMPT + OUTPUT // 2 + 1
@@ -124,11 +130,14 @@ class StepComposition:
     decode_seqs: int
     count: int
     median_ms: float
+    bound_tokens: int = PROFILER_BOUND_TOKENS
+    """Below this many tokens a step with a prefill chunk is launch-bound under the profiler (the
+    engine's; the 8B's 2,048)."""
 
     @property
     def fitted(self) -> bool:
         tokens = self.prefill_tokens + self.decode_seqs
-        return not (self.prefill_seqs and tokens < PROFILER_BOUND_TOKENS)
+        return not (self.prefill_seqs and tokens < self.bound_tokens)
 
     @property
     def label(self) -> str:
@@ -156,10 +165,12 @@ def parse_annotation(name: str) -> tuple[int, int, int] | None:
     return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
-def load_compositions(data_dir: Path) -> list[StepComposition]:
-    """Median GPU time of every step composition in the traces' step tables."""
+def load_compositions(
+    data_dir: Path, files: tuple[tuple[str, str], ...] = STEP_FILES, bound_tokens: int = PROFILER_BOUND_TOKENS
+) -> list[StepComposition]:
+    """Median GPU time of every step composition in the traces' step tables (the 8B's by default)."""
     pooled: dict[tuple[int, int, int], list[float]] = {}
-    for name, keep in STEP_FILES:
+    for name, keep in files:
         lines = (data_dir / name).read_text().splitlines()
         for line in lines[1:]:
             _start, dur_us, _period, ctx_seqs, ctx_tokens, gen_seqs, _gen_tokens = line.split()
@@ -167,7 +178,14 @@ def load_compositions(data_dir: Path) -> list[StepComposition]:
             if keep == "decode" and key[0]:
                 continue
             pooled.setdefault(key, []).append(float(dur_us) / 1e3)
-    return [StepComposition(k[0], k[1], k[2], len(v), statistics.median(v)) for k, v in sorted(pooled.items())]
+    return [StepComposition(k[0], k[1], k[2], len(v), statistics.median(v), bound_tokens) for k, v in sorted(pooled.items())]
+
+
+def load_fp8_compositions(data_dir: Path) -> list[StepComposition]:
+    """Run 10's 70B fp8 step table. Its lone 1,024-token prefill is GPU-bound (117.7 ms traced, 127-137 ms
+    to the first token unprofiled); a step with a few prompt tokens beside the decodes is not a CUDA
+    graph and takes the 80 layers' launch time (31 ms traced against a 21 ms decode step)."""
+    return load_compositions(data_dir, FP8_STEP_FILES, bound_tokens=PROMPT)
 
 
 def _kept_repeat(doc: dict[str, Any]) -> dict[str, Any]:
@@ -222,13 +240,16 @@ def llama8b_h200_tp1(cal: Calibration, max_num_seqs: int = MAX_NUM_SEQS) -> Perf
     return h200_model(cal, "llama-3-8b", max_num_seqs=max_num_seqs)
 
 
-def h200_model(cal: Calibration, preset: str, tp: int = 1, interconnect: str = "nvlink", max_num_seqs: int = MAX_NUM_SEQS) -> PerfModel:
-    """The perf model of ``preset`` in bf16 on ``tp`` H200s, as ``kneepoint sim`` sizes it."""
+def h200_model(
+    cal: Calibration, preset: str, tp: int = 1, interconnect: str = "nvlink", max_num_seqs: int = MAX_NUM_SEQS, dtype: str = "bfloat16"
+) -> PerfModel:
+    """The perf model of ``preset`` in ``dtype`` (bfloat16 or fp8) on ``tp`` H200s, as ``kneepoint sim`` sizes it."""
     arch, gpu = get_preset(preset), get_gpu_type("h200")
     est = estimate_memory(
         arch,
         gpu,
         Tier(tp, 1),
+        dtype=dtype,
         max_model_len=4096,
         concurrency=max_num_seqs,
         context_len=4096,
@@ -243,7 +264,43 @@ def h200_model(cal: Calibration, preset: str, tp: int = 1, interconnect: str = "
         kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
         cuda_graph_max_tokens=default_cuda_graph_max_tokens(max_num_seqs),
     )
-    return PerfModel(shape_from_architecture(arch), Hardware.from_gpu(gpu, interconnect), deployment, cal)
+    hardware = Hardware.from_gpu(gpu, interconnect, fp8_compute=dtype == "fp8")
+    return PerfModel(shape_from_architecture(arch), hardware, deployment, cal)
+
+
+def llama70b_fp8_h200_tp1(cal: Calibration) -> PerfModel:
+    """Run 10's engine: Llama-3.1-70B with online fp8 on one H200, as ``kneepoint sim`` sizes it."""
+    return h200_model(cal, FP8_PRESET, max_num_seqs=FP8_MAX_NUM_SEQS, dtype="fp8")
+
+
+def load_fp8_ttft_c1_ms(data_dir: Path) -> float:
+    """Real vLLM's TTFT P50 of a lone 1,024-token prompt on the 70B fp8: the median of runs 5, 6 and 10."""
+    return statistics.median(float(json.loads((data_dir / name).read_text())["summary"]["ttftP50Ms"]) for name in FP8_TTFT_FILES)
+
+
+def fit_fp8_compute_efficiency(compositions: list[StepComposition], ttft_c1_ms: float, cal: Calibration) -> float:
+    """The fraction of the fp8 datasheet rate that reproduces the 70B fp8 trace's fitted prefill steps
+    (1,024 tokens and more) and the unprofiled TTFT at c1, every other constant held:
+    a golden-section search on the same log-error loss as :func:`fit`'s."""
+    host = Intake.of(cal.serving).lone_seconds(PROMPT) + cal.serving.host_us_per_step * 1e-6
+
+    def loss(eff: float) -> float:
+        model = llama70b_fp8_h200_tp1(replace(cal, compute=replace(cal.compute, fp8_compute_efficiency=eff)))
+        total = sum(
+            math.log(model.gpu_step_time(c.work()).seconds * 1e3 / c.median_ms) ** 2 for c in compositions if c.fitted and c.prefill_seqs
+        )
+        ttft = (model.gpu_step_time(prefill_work(PROMPT)).seconds + host) * 1e3
+        return total + 4.0 * math.log(ttft / ttft_c1_ms) ** 2
+
+    lo, hi = 0.2, 1.0
+    golden = (math.sqrt(5.0) - 1.0) / 2.0
+    for _ in range(80):
+        a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+        if loss(a) < loss(b):
+            hi = b
+        else:
+            lo = a
+    return (lo + hi) / 2.0
 
 
 # Physical ceilings, as fractions of the H200 datasheet (HBM 4.8 TB/s, 989 bf16 TFLOP/s): the
@@ -346,8 +403,9 @@ def fit(
     return replace(cal, serving=replace(cal.serving, host_us_per_step=max(intercept, 0.0), host_us_per_seq=slope))
 
 
-def comparison_rows(compositions: list[StepComposition], cal: Calibration) -> list[dict[str, Any]]:
-    model = llama8b_h200_tp1(cal)
+def comparison_rows(compositions: list[StepComposition], cal: Calibration, model: PerfModel | None = None) -> list[dict[str, Any]]:
+    """Simulated against real GPU time per composition, on the 8B's engine unless ``model`` is given."""
+    model = model or llama8b_h200_tp1(cal)
     rows = []
     for comp in compositions:
         sim = model.gpu_step_time(comp.work()).seconds * 1e3
@@ -401,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         floor_step, floor_seq = fit_cpu_floor(load_cpu_floor_itl_p50_ms(args.data_dir))
         cal = replace(cal, serving=replace(cal.serving, cpu_floor_us_per_step=floor_step, cpu_floor_us_per_seq=floor_seq))
+        fp8 = fit_fp8_compute_efficiency(load_fp8_compositions(args.data_dir), load_fp8_ttft_c1_ms(args.data_dir), cal)
+        cal = replace(cal, compute=replace(cal.compute, fp8_compute_efficiency=fp8))
         target = Path(str(resources.files("kneepoint.data").joinpath(CALIBRATION_FILE)))
         doc = json.loads(target.read_text())
         c = cal.compute
@@ -413,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                     "rooflineSharpness": c.roofline_sharpness,
                     "overheadUsPerLayer": c.overhead_us_per_layer,
                     "overheadUsPerSampledSeq": c.overhead_us_per_sampled_seq,
+                    "fp8ComputeEfficiency": c.fp8_compute_efficiency,
                 }
             )
         )
@@ -449,6 +510,15 @@ def main(argv: list[str] | None = None) -> int:
     ) * 1e3
     real = load_ttft_c1_ms(args.data_dir)
     print(f"1024-token prefill + host at concurrency 1: real TTFT P50 {real:.2f} ms, simulated {ttft:.2f} ms ({ttft / real - 1:+.1%})")
+    fp8_model = llama70b_fp8_h200_tp1(cal)
+    print(f"\n70B fp8 (run 10's traces; fp8 at {cal.compute.fp8_compute_efficiency} of the datasheet rate):")
+    print(format_table(comparison_rows(load_fp8_compositions(args.data_dir), cal, fp8_model)))
+    ttft = (fp8_model.gpu_step_time(prefill_work(PROMPT)).seconds + fp8_model.host_seconds(prefill_work(PROMPT))) * 1e3
+    ttft += Intake.of(cal.serving).lone_seconds(PROMPT) * 1e3
+    real = load_fp8_ttft_c1_ms(args.data_dir)
+    print(
+        f"70B fp8 1024-token prefill + host at concurrency 1: real TTFT P50 {real:.2f} ms, simulated {ttft:.2f} ms ({ttft / real - 1:+.1%})"
+    )
     return 0
 
 

@@ -87,6 +87,8 @@ class Hardware:
     inter_node_gbps: float | None = None
     """Link between nodes for pipeline stages placed on different nodes, in gigabits/s as network
     links are rated (400 = 400 Gb/s RDMA; node label kneepoint.io/inter-node-gbps). None: same node."""
+    fp8_compute: bool = False
+    """``peak_tflops`` is the fp8 rate (fp8 weights on a GPU with fp8 tensor cores)."""
 
     @classmethod
     def from_gpu(cls, gpu: GpuType, interconnect: str, *, fp8_compute: bool = False, inter_node_gbps: float | None = None) -> Hardware:
@@ -96,7 +98,12 @@ class Hardware:
         link = gpu.link_bandwidth_gbps if interconnect == "nvlink" else gpu.pcie_bandwidth_gbps
         tflops = gpu.fp8_tflops if fp8_compute and gpu.fp8_tflops > 0 else gpu.bf16_tflops
         return cls(
-            hbm_gbps=gpu.hbm_bandwidth_gbps, peak_tflops=tflops, interconnect=interconnect, link_gbps=link, inter_node_gbps=inter_node_gbps
+            hbm_gbps=gpu.hbm_bandwidth_gbps,
+            peak_tflops=tflops,
+            interconnect=interconnect,
+            link_gbps=link,
+            inter_node_gbps=inter_node_gbps,
+            fp8_compute=fp8_compute and gpu.fp8_tflops > 0,
         )
 
 
@@ -215,7 +222,10 @@ class PerfModel:
         c = calibration.compute
         self._weight_bw = hardware.hbm_gbps * 1e9 * c.weight_bandwidth_efficiency
         self._kv_bw = hardware.hbm_gbps * 1e9 * c.kv_bandwidth_efficiency
-        self._flops = hardware.peak_tflops * 1e12 * c.compute_efficiency
+        efficiency = c.compute_efficiency
+        if hardware.fp8_compute and c.fp8_compute_efficiency is not None:
+            efficiency = c.fp8_compute_efficiency
+        self._flops = hardware.peak_tflops * 1e12 * efficiency
         self._k = c.roofline_sharpness
         self._overhead = (c.overhead_us_per_layer * self._stage_layers + c.overhead_us_per_step) * 1e-6
         self._per_sampled_seq = c.overhead_us_per_sampled_seq * 1e-6
