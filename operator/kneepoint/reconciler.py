@@ -133,6 +133,9 @@ class Reconciler:
         self.metrics = metrics or OperatorMetrics()
         self._posting: dict[tuple[str, str], list[asyncio.Future[Any]]] = {}
         """Events being posted, per experiment whose wake-up is running (awaited before it returns)."""
+        self._predicting: dict[tuple[object, ...], asyncio.Task[LadderPrediction]] = {}
+        """Predictions being computed, by what they are a function of: like experiments planned at
+        once (a GitOps apply of many) wait for one computation instead of each running its own."""
 
     # ------------------------------------------------------------------ entry point
     async def reconcile(self, name: str, namespace: str) -> float | None:
@@ -418,7 +421,14 @@ class Reconciler:
         if interconnect not in ("nvlink", "pcie"):
             interconnect = "pcie"  # a mixed node: the slower link bounds the band
         args = {tier: manifests.vllm_args(spec, tier) for tier in tiers}
-        return await asyncio.to_thread(ladder_prediction.predict_ladder, spec, args, product, interconnect, arch_json)
+        key = ladder_prediction.prediction_key(spec, args, product, interconnect, arch_json)
+        task = self._predicting.get(key)
+        if task is None:
+            task = asyncio.ensure_future(asyncio.to_thread(ladder_prediction.predict_ladder, spec, args, product, interconnect, arch_json))
+            self._predicting[key] = task
+            task.add_done_callback(lambda _: self._predicting.pop(key, None))
+        # shielded: one experiment's pass cancelled (its daemon stopped) leaves the others' computation running
+        return await asyncio.shield(task)
 
     async def _load_test(self, namespace: str, name: str, tier: Tier, attempt: int) -> LoadTestState:
         """The load-test Job of this attempt: whether it exists, its outcome and the summary its pod left."""

@@ -89,6 +89,17 @@ _cache: OrderedDict[tuple[object, ...], LadderPrediction] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
+def prediction_key(
+    spec: ExperimentSpec,
+    engine_args: Mapping[Tier, Sequence[str]],
+    gpu_product: str,
+    interconnect: str,
+    architecture: str | None,
+) -> tuple[object, ...]:
+    """What a prediction is a function of: experiments with equal keys share one."""
+    return (workload_of(spec), tuple((tier, tuple(args)) for tier, args in engine_args.items()), gpu_product, interconnect, architecture)
+
+
 def predict_ladder(
     spec: ExperimentSpec,
     engine_args: Mapping[Tier, Sequence[str]],
@@ -99,7 +110,7 @@ def predict_ladder(
     """Every tier of ``engine_args`` (vLLM flags per tier) started and load-tested on the simulator
     (the same inputs again: the prediction already made)."""
     workload = workload_of(spec)
-    key = (workload, tuple((tier, tuple(args)) for tier, args in engine_args.items()), gpu_product, interconnect, architecture)
+    key = prediction_key(spec, engine_args, gpu_product, interconnect, architecture)
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)

@@ -55,3 +55,35 @@ def test_predict_first_false_plans_every_tier() -> None:
     assert status.prediction is None
     assert all(t.prediction is None for t in status.tiers)
     assert "Predicted" not in [t.phase for t in status.tiers]
+
+
+def test_like_experiments_planned_at_once_share_one_prediction(monkeypatch: Any) -> None:
+    # A GitOps apply of many like experiments: each plan pass needs the same prediction; one computes it.
+    from kneepoint.simulator import ladder_prediction
+
+    real, calls = ladder_prediction.predict_ladder, []
+
+    def counted(*args: Any) -> Any:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(ladder_prediction, "predict_ladder", counted)
+    monkeypatch.setattr(ladder_prediction, "_cache", type(ladder_prediction._cache)())  # nothing predicted before
+    api = FakeApi([node("h200-0"), node("h200-1")])
+    names = [f"x{i}" for i in range(5)]
+    for n in names:
+        body = experiment()
+        body["metadata"].update(name=n, uid=f"uid-{n}")
+        api.objects[n] = body
+    r = Reconciler(api, api, OperatorSettings(), clock=lambda: 1_800_000_000.0)  # type: ignore[arg-type]
+    api.ledger_lock = r.ledger.lock
+
+    async def all_at_once() -> None:
+        await asyncio.gather(*(r.reconcile(n, "ns") for n in names))
+
+    asyncio.run(all_at_once())
+    assert len(calls) == 1
+    for n in names:
+        status = ExperimentStatus.from_dict(api.objects[n].get("status"))
+        assert status.prediction is not None and status.prediction.predicted_tier == "TP1"
+    assert not r._predicting  # nothing left in flight
