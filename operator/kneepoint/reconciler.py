@@ -107,6 +107,10 @@ class EngineLogCache:
             del self.entries[next(iter(self.entries))]
 
 
+SLOW_PASS_SECONDS = 1.0
+"""A pass at least this long logs where its time went."""
+
+
 class Reconciler:
     """Reconciles experiments; one instance per operator process, shared by all experiments."""
 
@@ -162,14 +166,19 @@ class Reconciler:
                 self.metrics.set_phase(uid, None)
                 return None
             started = time.perf_counter()
+            timing: dict[str, float] = {}  # where this pass spent its time, by part (logged when it is slow)
             try:
-                step = await self._pass(body)
+                step = await self._pass(body, timing)
             except Exception:
                 self.metrics.errors.inc()
                 raise
             finally:
-                self.metrics.duration.observe(time.perf_counter() - started)
+                took = time.perf_counter() - started
+                self.metrics.duration.observe(took)
                 self.metrics.passes.inc()
+                if took >= SLOW_PASS_SECONDS:  # where a slow pass spent its time: API round trips, the lock, a prediction
+                    parts = ", ".join(f"{k} {v:.2f} s" for k, v in timing.items())
+                    log.info("%s/%s: pass took %.2f s (%s)", namespace, name, took, parts or "before its reads")
             if step is None:
                 return None
             if not step.progressed or (step.requeue_after or 0) > 0:
@@ -181,7 +190,7 @@ class Reconciler:
         return 0.5
 
     # ------------------------------------------------------------------ one pass
-    async def _pass(self, body: dict[str, Any]) -> Step | None:
+    async def _pass(self, body: dict[str, Any], timing: dict[str, float] | None = None) -> Step | None:
         """needs -> reads -> reconcile_step -> apply -> one status patch."""
         meta = body["metadata"]
         name, namespace, uid, generation = meta["name"], meta["namespace"], meta["uid"], meta.get("generation", 1)
@@ -197,20 +206,31 @@ class Reconciler:
             return None
 
         need = needs(spec, status, self.settings.ladder)
+        timing = {} if timing is None else timing
+        mark = time.perf_counter()
         if need.capacity is not None:
             # The capacity check and the GPUs it promises must not interleave between
             # experiments: observe, decide and reserve under the lock; the API writes that
             # follow (Deployment, status, events) run after it, so one experiment's writes
             # never hold up another's capacity check.
             await self._fleet_lists()  # any wait for a fleet read happens here, outside the lock
+            timing["fleet read"] = time.perf_counter() - mark
+            mark = time.perf_counter()
             async with self.ledger.lock:
+                timing["capacity lock"] = time.perf_counter() - mark
+                mark = time.perf_counter()
                 obs = await self._observe(name, namespace, uid, spec, status, generation, need, fleet_wait=False)
                 step = reconcile_step(spec, status, obs, self.settings.ladder)
                 self.broker.reserve(step, spec, name, obs.now)
         else:
             obs = await self._observe(name, namespace, uid, spec, status, generation, need)
             step = reconcile_step(spec, status, obs, self.settings.ladder)
-        return await self._apply_and_write(body, spec, status, old_status_json, obs, step)
+        timing["observe and decide"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        try:
+            return await self._apply_and_write(body, spec, status, old_status_json, obs, step)
+        finally:
+            timing["writes"] = time.perf_counter() - mark
 
     async def _apply_and_write(
         self,

@@ -101,6 +101,12 @@ def test_service_and_job():
     s = spec()
     svc = manifests.build_engine_service(s, OWNER, Tier(2, 1))
     assert svc["spec"]["selector"][naming.LABEL_TIER] == "tp2-pp1"
+    # headless: the name resolves to the engine pod, no cluster IP allocated; the pod listens on the Service's port
+    assert svc["spec"]["clusterIP"] == "None"
+    (port,) = svc["spec"]["ports"]
+    engine = manifests.build_engine_deployment(s, OWNER, Tier(2, 1), CTX)
+    container = engine["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": port["targetPort"], "containerPort": port["port"], "protocol": "TCP"} in container["ports"]
     job = manifests.build_load_test_job(s, OWNER, Tier(2, 1), 3, CTX)
     assert job["metadata"]["name"] == "llama8b-tp2-pp1-load3"
     assert job["spec"]["backoffLimit"] == 0
