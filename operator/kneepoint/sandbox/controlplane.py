@@ -11,6 +11,7 @@ process of the sandbox remains. The pytest fixture calls the same functions.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import importlib.util
 import json
@@ -290,6 +291,8 @@ def _ensure_component(sandbox: Sandbox, name: str, argv: list[str], health: flag
     if record is not None:
         same = _same_command(record.argv, argv)
         if same and processes.probe(health, paths.pki)[0]:
+            if record.start_ticks is None:  # a pid file from before start ticks: record them while its start time still matches
+                dataclasses.replace(record, start_ticks=processes.start_ticks(record.pid)).save(paths.pid(name))
             say(f"[sandbox] {name}: running (pid {record.pid}), reused")
             return
         why = "its command line changed" if not same else "it is not healthy"

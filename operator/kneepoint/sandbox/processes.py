@@ -3,7 +3,10 @@
 Each component runs in its own session and process group (``start_new_session``), so it
 outlives the ``kneepoint sandbox up`` that started it and can be stopped as a group. A
 JSON pid file per component records pid, process group, start time and argv; a process
-counts as ours only if its pid *and* start time match (pids get reused). Every started
+counts as ours only if its pid *and* start time match (pids get reused). The start time
+that decides is the kernel's, in clock ticks since boot: psutil's wall-clock start time is
+those ticks plus the boot time, which moves whenever the wall clock is stepped (a VM paused
+and resumed, NTP), and a one-second step once made every live component look gone. Every started
 process gets ``KNEEPOINT_SANDBOX_ID=<state dir>`` in its environment, inherited by what it
 spawns, so ``down`` can find and end descendants that left their group (e.g. processes
 the runner starts in their own sessions) and verify that none remains.
@@ -53,6 +56,8 @@ class Record:
     create_time: float
     argv: list[str]
     started_at: float
+    # Absent from pid files written before it existed: then create_time decides.
+    start_ticks: int | None = None
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,13 +75,41 @@ def load_record(path: Path) -> Record | None:
         return None
 
 
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22); None off Linux or if gone.
+
+    Unlike a wall-clock start time this never changes for a running process, whatever the
+    clock does, and two processes with the same pid cannot share it unless started in the
+    same tick.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces or ')': split after the last one.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def same_process(proc: psutil.Process, create_time: float, ticks: int | None) -> bool:
+    """Whether ``proc`` is the process recorded with this start (ticks when known, else wall clock within 1 s)."""
+    if ticks is not None:
+        now = start_ticks(proc.pid)
+        if now is not None:
+            return now == ticks
+    return abs(proc.create_time() - create_time) <= 1.0
+
+
 def live_process(record: Record | None) -> psutil.Process | None:
     """The running process a record describes, or None (gone, zombie, or pid reused)."""
     if record is None:
         return None
     try:
         proc = psutil.Process(record.pid)
-        if abs(proc.create_time() - record.create_time) > 1.0:
+        if not same_process(proc, record.create_time, record.start_ticks):
             return None
         if proc.status() == psutil.STATUS_ZOMBIE:
             _reap(record.pid)
@@ -167,7 +200,7 @@ def start(name: str, argv: list[str], log_path: Path, pid_path: Path, env: Mappi
         create_time = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:
         create_time = time.time()
-    record = Record(name, proc.pid, proc.pid, create_time, list(argv), time.time())
+    record = Record(name, proc.pid, proc.pid, create_time, list(argv), time.time(), start_ticks(proc.pid))
     record.save(pid_path)
     return record
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from kneepoint.sandbox.processes import start_ticks
 from kneepoint.sandbox.runner.processes import ContainerProcess, log_file_name, reap_leftovers
 
 
@@ -84,18 +85,27 @@ def test_reap_leftovers_kills_recorded_groups_only(tmp_path: Path) -> None:
     leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     created = psutil.Process(leftover.pid).create_time()
     (pids / "a.json").write_text(json.dumps({"pid": leftover.pid, "pgid": leftover.pid, "createTime": created}))
+    # Written with kernel start ticks: found even though the wall clock was stepped an hour since.
+    stepped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    ticks = start_ticks(stepped.pid)
+    (pids / "c.json").write_text(json.dumps({"pid": stepped.pid, "pgid": stepped.pid, "createTime": created + 3600, "startTicks": ticks}))
     innocent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     # A recycled pid: the start time does not match, so it is left alone.
-    (pids / "b.json").write_text(json.dumps({"pid": innocent.pid, "pgid": innocent.pid, "createTime": created - 100}))
+    (pids / "b.json").write_text(
+        json.dumps({"pid": innocent.pid, "pgid": innocent.pid, "createTime": created - 100, "startTicks": (ticks or 0) - 1})
+    )
     try:
-        assert reap_leftovers(pids, grace_seconds=2.0) == [leftover.pid]
+        assert reap_leftovers(pids, grace_seconds=2.0) == [leftover.pid, stepped.pid]
         leftover.wait(timeout=5)  # (already reaped by reap_leftovers' psutil wait: returncode unknown)
+        stepped.wait(timeout=5)
         assert not psutil.pid_exists(leftover.pid)
+        assert not psutil.pid_exists(stepped.pid)
         assert innocent.poll() is None
         assert list(pids.iterdir()) == []
     finally:
         innocent.kill()
         innocent.wait()
-        if leftover.poll() is None:
-            leftover.kill()
+        for process in (leftover, stepped):
+            if process.poll() is None:
+                process.kill()
             leftover.wait()

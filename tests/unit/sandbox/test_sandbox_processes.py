@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -27,8 +29,13 @@ def test_started_process_is_detached_and_recorded(tmp_path: Path) -> None:
         assert os.getpgid(record.pid) == record.pid != os.getpgrp()  # its own process group
         assert os.getsid(record.pid) == record.pid  # and session: it outlives our terminal
         # A record whose start time does not match is someone else's process (pid reuse).
-        stale = processes.Record("t", record.pid, record.pgid, record.create_time - 100, record.argv, 0)
+        assert record.start_ticks is not None
+        stale = processes.Record("t", record.pid, record.pgid, record.create_time - 100, record.argv, 0, record.start_ticks - 1)
         assert processes.live_process(stale) is None
+        # A pid file from before start ticks were recorded: the wall-clock start time decides.
+        old = processes.Record("t", record.pid, record.pgid, record.create_time, record.argv, 0)
+        assert processes.live_process(old) is not None
+        assert processes.live_process(dataclasses.replace(old, create_time=record.create_time - 100)) is None
     finally:
         assert processes.stop([record], marker) == []
     assert processes.live_process(record) is None
@@ -57,3 +64,43 @@ def test_port_in_use_sees_a_listener_on_loopback() -> None:
         assert processes.port_in_use(port)
         assert str(os.getpid()) in processes.port_owner(port)
     assert not processes.port_in_use(port)
+
+
+def test_a_stepped_wall_clock_does_not_orphan_a_running_component(tmp_path: Path) -> None:
+    """psutil's start time is boot time + ticks, and boot time moves with the wall clock.
+
+    CI once ran on a VM whose clock was stepped mid-suite: every component's recorded
+    wall-clock start was then more than a second off, the sandbox took its own etcd for a
+    stranger's and the restart tests failed. The kernel's start ticks do not move.
+    """
+    marker = f"unit-{tmp_path}"
+    record = _start(tmp_path, "exec sleep 30", marker)
+    try:
+        assert record.start_ticks == processes.start_ticks(record.pid)
+        stepped = dataclasses.replace(record, create_time=record.create_time + 3600)  # as if the clock moved an hour
+        assert processes.live_process(stepped) is not None
+        assert [proc.pid for proc in processes.tree(stepped)] == [record.pid]
+    finally:
+        assert processes.stop([record], marker) == []
+    assert processes.start_ticks(record.pid) is None or processes.live_process(record) is None
+
+
+def test_start_ticks_reads_past_a_command_name_with_spaces_and_parentheses(tmp_path: Path) -> None:
+    script = tmp_path / "odd ) name"
+    script.write_text("#!/bin/sh\nsleep 30\n")  # no exec: the shell keeps the odd name as its command name
+    script.chmod(0o755)
+    proc = subprocess.Popen([str(script)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 5
+        while psutil.Process(proc.pid).name() != "odd ) name" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert psutil.Process(proc.pid).name() == "odd ) name"
+        ticks = processes.start_ticks(proc.pid)
+        mine = processes.start_ticks(os.getpid())
+        assert ticks is not None and mine is not None
+        assert mine <= ticks <= mine + int(time.monotonic() * os.sysconf("SC_CLK_TCK"))  # after this process, not garbage
+        # The same figure psutil turns into a wall-clock start (ticks / CLK_TCK + boot time).
+        assert abs(ticks / os.sysconf("SC_CLK_TCK") + psutil.boot_time() - psutil.Process(proc.pid).create_time()) < 0.05
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()

@@ -32,6 +32,7 @@ from pathlib import Path
 import psutil
 
 from kneepoint.core.timestamps import now_rfc3339
+from kneepoint.sandbox.processes import same_process, start_ticks
 from kneepoint.sandbox.runner.podstatus import exit_code_of
 
 log = logging.getLogger(__name__)
@@ -165,7 +166,8 @@ class ContainerProcess:
         except psutil.Error:
             created = 0.0
         self.pid_path.parent.mkdir(parents=True, exist_ok=True)
-        self.pid_path.write_text(json.dumps({"pid": pid, "pgid": pid, "createTime": created, "argv": self.argv[:4]}))
+        record = {"pid": pid, "pgid": pid, "createTime": created, "startTicks": start_ticks(pid), "argv": self.argv[:4]}
+        self.pid_path.write_text(json.dumps(record))
 
     async def wait(self) -> int:
         """The exit code once the process has ended (a signal N gives 128+N)."""
@@ -216,7 +218,8 @@ def reap_leftovers(pids_dir: Path, grace_seconds: float = 2.0) -> list[int]:
     """Kill process groups a previous runner left behind (per its pid files); their pids.
 
     A pid file is trusted only when the process with that pid started at the recorded
-    time, so a recycled pid is never signalled.
+    time (kernel ticks since boot, so a stepped wall clock does not matter), so a recycled
+    pid is never signalled.
     """
     killed: list[int] = []
     if not pids_dir.is_dir():
@@ -225,8 +228,9 @@ def reap_leftovers(pids_dir: Path, grace_seconds: float = 2.0) -> list[int]:
         try:
             record = json.loads(path.read_text())
             pid, created = int(record["pid"]), float(record.get("createTime") or 0)
+            ticks = record.get("startTicks")
             process = psutil.Process(pid)
-            if created and abs(process.create_time() - created) < 0.01:
+            if (created or ticks is not None) and same_process(process, created, None if ticks is None else int(ticks)):
                 _kill_group(int(record.get("pgid") or pid), signal.SIGTERM)
                 with contextlib.suppress(psutil.TimeoutExpired, psutil.Error):
                     process.wait(timeout=grace_seconds)
