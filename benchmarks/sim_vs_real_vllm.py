@@ -50,8 +50,10 @@ MODELS: dict[str, tuple[str, dict, int]] = {
         CAPTURE_MAX_NUM_SEQS,
     ),
     "70b-fp8-tp1": ("large-model.yaml", {"dtype": "fp8"}, 64),
+    "8b-fp8-tp1": ("experiment.yaml", {"dtype": "fp8"}, CAPTURE_MAX_NUM_SEQS),
 }
-"""Real vLLM captures by model (tests/data/vllm/README.md: runs 1-4 the 8B, run 5 the 1B and 70B fp8 shapes)."""
+"""Real vLLM captures by model (tests/data/vllm/README.md: runs 1-4 the 8B, run 5 the 1B and 70B fp8 shapes,
+run 12 the 8B with online fp8)."""
 
 
 def engine_args(max_num_seqs: int, model: str = "8b-tp1") -> list[str]:

@@ -39,6 +39,14 @@ class ComputeCalibration:
     fp8``: fp8 weights, activations quantized per step); None: ``compute_efficiency``, as for bf16.
     Real vLLM 0.24's 70B fp8 prefill steps on one H200 (run 10's trace) run at about 1.8x its bf16
     rate, not the datasheet's 2x."""
+    fp8_gemm_row_factors: tuple[tuple[int, float], ...] = ()
+    """vLLM's fp8 linear layers' time at M rows (a step's tokens, padded to its CUDA graph's size)
+    over their time at 1-16 rows, as (M, factor) in increasing M; between two rows it is
+    interpolated, past the last the last holds (there the FLOPs bind). vLLM's CUTLASS fp8 GEMMs
+    on SM90 pick their tile by M ([1, 16], (16, 64], (64, 128], above): run 12 timed them on an
+    H200 (``cutlass_scaled_mm``, Llama 8B and 70B shapes): 1.42x at 24 rows, 1.07x at 64, 1.42x
+    at 72, 2.45x at 136, 1.88x at 256. Empty: 1 everywhere (bf16's cuBLAS GEMMs stay within
+    about 10 % of their 1-row time up to 128 rows)."""
     overhead_us_per_sampled_seq: float = 0.0
     """Fixed cost per sequence sampled in a step, whatever the model's depth and the sequence's
     context (vLLM's logits and sampler over the vocabulary, per-sequence step bookkeeping). Real
@@ -149,6 +157,13 @@ def _protocol(row: Mapping[str, Any]) -> CollectiveProtocol:
     )
 
 
+def _row_factors(rows: Any) -> tuple[tuple[int, float], ...]:
+    table = tuple((int(m), float(f)) for m, f in rows)
+    if any(b[0] <= a[0] for a, b in zip(table, table[1:], strict=False)) or any(m < 1 or f <= 0 for m, f in table):
+        raise ValueError(f"compute.fp8GemmRowFactors must be [rows, factor] pairs with rows >= 1 increasing and factors > 0: {rows!r}")
+    return table
+
+
 def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
     """Build a :class:`Calibration` from the JSON document's shape (camelCase keys)."""
     c = doc["compute"]
@@ -170,6 +185,7 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             overhead_us_per_step=float(c["overheadUsPerStep"]),
             overhead_us_per_sampled_seq=float(c["overheadUsPerSampledSeq"]),
             fp8_compute_efficiency=None if c.get("fp8ComputeEfficiency") is None else float(c["fp8ComputeEfficiency"]),
+            fp8_gemm_row_factors=_row_factors(c.get("fp8GemmRowFactors") or []),
         ),
         links=links,
         eager=EagerCalibration(
@@ -209,6 +225,7 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "overheadUsPerStep": c.overhead_us_per_step,
             "overheadUsPerSampledSeq": c.overhead_us_per_sampled_seq,
             "fp8ComputeEfficiency": c.fp8_compute_efficiency,
+            "fp8GemmRowFactors": [[rows, factor] for rows, factor in c.fp8_gemm_row_factors],
         },
         "links": {
             name: {

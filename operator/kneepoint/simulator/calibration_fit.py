@@ -269,8 +269,11 @@ def _link_from(vec: Sequence[float], template: LinkCalibration) -> LinkCalibrati
 
 
 def _with_compute(cal: Calibration, vec: Sequence[float]) -> Calibration:
-    # fp8's rate is fitted to real vLLM only (calibration_vllm): the PyTorch data are bf16
-    compute = ComputeCalibration(**dict(zip(_COMPUTE_KEYS, vec)), fp8_compute_efficiency=cal.compute.fp8_compute_efficiency)
+    # fp8's rate and row factors are fitted to real vLLM only (calibration_vllm): the PyTorch data are bf16
+    fitted: dict[str, Any] = dict(zip(_COMPUTE_KEYS, vec, strict=True))
+    compute = ComputeCalibration(
+        **fitted, fp8_compute_efficiency=cal.compute.fp8_compute_efficiency, fp8_gemm_row_factors=cal.compute.fp8_gemm_row_factors
+    )
     return replace(cal, compute=compute)
 
 

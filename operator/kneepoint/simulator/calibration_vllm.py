@@ -212,6 +212,17 @@ def load_cpu_floor_itl_p50_ms(data_dir: Path) -> dict[int, float]:
     return _itl_p50_ms(data_dir, CPU_FLOOR_FILES)
 
 
+FP8_DECODE_FILES = {c: f"8b-fp8-tp1-loadgen-r12-d-c{c}.json" for c in (8, 16, 24, 32, 40, 48, 64, 96, 128)}
+"""Run 12b's decode-dominated loads (128-token prompts, 256-token replies) on the 8B with online fp8: held out from
+every fit, they check :data:`GEMM_ROW_FILES`' kernel times in serving (TPOT 3.58 ms at c16, 4.63 at c24, 4.39 at c48)."""
+FP8_DECODE_CONTEXT = 128 + 256 // 2 + 1
+
+
+def load_fp8_decode_itl_p50_ms(data_dir: Path) -> dict[int, float]:
+    """Run 12b's inter-token latency P50 (ms) on the 8B fp8 by concurrency."""
+    return _itl_p50_ms(data_dir, FP8_DECODE_FILES)
+
+
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """(intercept, slope) of the least-squares line through the points, the slope held at >= 0."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -278,6 +289,43 @@ def load_fp8_ttft_c1_ms(data_dir: Path) -> float:
     return statistics.median(float(json.loads((data_dir / name).read_text())["summary"]["ttftP50Ms"]) for name in FP8_TTFT_FILES)
 
 
+GEMM_ROW_FILES = ("h200-gemm-by-rows-r12.jsonl", "h200-gemm-by-rows-r12b.jsonl")
+"""Runs 12 and 12b: vLLM's fp8 and bf16 linear kernels timed by rows on an H200 (kit-scripts/gemm_by_rows.py)."""
+GEMM_ROW_SHAPES = (("70b", 1), ("8b", 1))
+"""Whose per-layer times the fp8 row factors average (both runs timed both; run 12's 70B at TP 2 and 4 agree within 8 %)."""
+GEMM_ROW_LIMIT = 256
+"""The largest CUDA graph the operator's engines capture (2 x --max-num-seqs 128); above it a step's FLOPs bind."""
+
+
+def load_gemm_rows(data_dir: Path, kind: str = "fp8") -> dict[tuple[str, int], dict[int, float]]:
+    """One decoder layer's linear-layer time (µs, its four GEMMs summed) by (model, TP) and rows; a later run's
+    figure replaces an earlier one's for the same GEMM and rows."""
+    per_gemm: dict[tuple[str, int, str, int], float] = {}
+    for name in GEMM_ROW_FILES:
+        for line in (data_dir / name).read_text().splitlines():
+            row = json.loads(line)
+            if row.get("kind") == kind and "us" in row:
+                per_gemm[(row["model"], int(row["tp"]), row["layer"], int(row["m"]))] = float(row["us"])
+    layers: dict[tuple[str, int], dict[int, float]] = {}
+    for (model, tp, _layer, m), us in per_gemm.items():
+        layers.setdefault((model, tp), {}).setdefault(m, 0.0)
+        layers[(model, tp)][m] += us
+    return layers
+
+
+def fit_fp8_gemm_row_factors(layers: dict[tuple[str, int], dict[int, float]]) -> tuple[tuple[int, float], ...]:
+    """``compute.fp8GemmRowFactors``: each row count's time over the same shape's mean time at 1-16 rows (what the
+    memory-bound model already gives), averaged over :data:`GEMM_ROW_SHAPES`, from 16 rows to :data:`GEMM_ROW_LIMIT`."""
+    ratios: dict[int, list[float]] = {}
+    for shape in GEMM_ROW_SHAPES:
+        times = layers[shape]
+        base = statistics.mean(us for m, us in times.items() if m <= 16)
+        for m, us in times.items():
+            if 16 <= m <= GEMM_ROW_LIMIT:
+                ratios.setdefault(m, []).append(1.0 if m == 16 else us / base)
+    return tuple((m, round(statistics.mean(rs), 3)) for m, rs in sorted(ratios.items()))
+
+
 def fit_fp8_compute_efficiency(compositions: list[StepComposition], ttft_c1_ms: float, cal: Calibration) -> float:
     """The fraction of the fp8 datasheet rate that reproduces the 70B fp8 trace's fitted prefill steps
     (1,024 tokens and more) and the unprofiled TTFT at c1, every other constant held:
@@ -325,7 +373,8 @@ _FIT_KEYS = (
 
 
 def _with(cal: Calibration, vec: list[float]) -> Calibration:
-    return replace(cal, compute=replace(cal.compute, **dict(zip(_FIT_KEYS, vec))))
+    fitted: dict[str, Any] = dict(zip(_FIT_KEYS, vec, strict=True))
+    return replace(cal, compute=replace(cal.compute, **fitted))
 
 
 def tp_scaling_pairs(points: list[MeasuredPoint]) -> list[tuple[MeasuredPoint, MeasuredPoint]]:
@@ -461,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
         cal = replace(cal, serving=replace(cal.serving, cpu_floor_us_per_step=floor_step, cpu_floor_us_per_seq=floor_seq))
         fp8 = fit_fp8_compute_efficiency(load_fp8_compositions(args.data_dir), load_fp8_ttft_c1_ms(args.data_dir), cal)
         cal = replace(cal, compute=replace(cal.compute, fp8_compute_efficiency=fp8))
+        row_factors = fit_fp8_gemm_row_factors(load_gemm_rows(args.data_dir))
+        cal = replace(cal, compute=replace(cal.compute, fp8_gemm_row_factors=row_factors))
         target = Path(str(resources.files("kneepoint.data").joinpath(CALIBRATION_FILE)))
         doc = json.loads(target.read_text())
         c = cal.compute
@@ -477,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
         )
+        doc["compute"]["fp8GemmRowFactors"] = [[m, f] for m, f in c.fp8_gemm_row_factors]
         doc["serving"] = _rounded(calibration_to_json(cal)["serving"])  # every serving constant, as the loader reads it
         target.write_text(json.dumps(doc, indent=2) + "\n")
         cal = calibration_from_json(doc)

@@ -107,6 +107,28 @@ class Hardware:
         )
 
 
+def cuda_graph_padded_tokens(tokens: int, graph_max_tokens: int) -> int:
+    """The rows a step of ``tokens`` runs its GEMMs over: vLLM pads a step that fits a CUDA graph to
+    the next captured size (1, 2, 4, then every 8 up to 256 and every 16 above, as the serve logs'
+    ``cudagraph_capture_sizes`` list them); a larger step runs as it is."""
+    if tokens > graph_max_tokens or tokens <= 0:
+        return tokens
+    if tokens <= 4:
+        return 1 << (tokens - 1).bit_length()
+    step = 8 if tokens <= 256 else 16
+    return min(-(-tokens // step) * step, graph_max_tokens)
+
+
+def row_factor(table: tuple[tuple[int, float], ...], rows: int) -> float:
+    """The table's factor at ``rows`` (linear between its rows, 1 before the first, the last after it)."""
+    if not table or rows < table[0][0]:
+        return 1.0
+    for (m0, f0), (m1, f1) in zip(table, table[1:], strict=False):
+        if rows <= m1:
+            return f0 + (f1 - f0) * (rows - m0) / (m1 - m0)
+    return table[-1][1]
+
+
 def default_cuda_graph_max_tokens(max_num_seqs: int) -> int:
     """vLLM's default ``max_cudagraph_capture_size``: min(2 x --max-num-seqs, 512) (the serve logs
     of tests/data/vllm print 256 at 128 sequences, 128 at 64)."""
@@ -245,6 +267,10 @@ class PerfModel:
         # Under --enforce-eager no step has a graph to fall out of (the eager floor stands instead).
         self._cpu_non_graph = 0.0 if deployment.enforce_eager else v.cpu_non_graph_us_per_layer * self._stage_layers * 1e-6
         self._graph_max_tokens = deployment.cuda_graph_max_tokens
+        # vLLM's fp8 linear layers (dense models on fp8 tensor cores) change kernel with the step's rows;
+        # routed experts run other kernels and the lm_head stays bf16, so only the dense linear bytes scale.
+        self._fp8_rows = c.fp8_gemm_row_factors if hardware.fp8_compute and not shape.num_experts else ()
+        self._fp8_linear_bytes = min(shape.active_params_per_token_per_layer * self._stage_layers / tp, deployment.weight_bytes_per_gpu)
 
     # -- pieces ----------------------------------------------------------------------------
     def _weights_read(self, tokens: int) -> float:
@@ -283,7 +309,12 @@ class PerfModel:
             + self._lm_head_flops_per_token * work.sampled_seqs * micro
             + self._attn_flops_per_pair * work.prefill_attention_pairs * micro
         )
-        t_w = self._weights_read(math.ceil(tokens)) / self._weight_bw
+        weights = self._weights_read(math.ceil(tokens))
+        if self._fp8_rows:
+            n = math.ceil(tokens)
+            rows = n if self.deployment.enforce_eager else cuda_graph_padded_tokens(n, self._graph_max_tokens)
+            weights += self._fp8_linear_bytes * (row_factor(self._fp8_rows, rows) - 1.0)
+        t_w = weights / self._weight_bw
         t_c = flops / self._flops
         k = self._k
         t_main = (t_w**k + t_c**k) ** (1.0 / k) if t_c > 0 else t_w

@@ -17,11 +17,13 @@ from kneepoint.simulator.calibration import load_calibration
 from kneepoint.simulator.calibration_fit import load_points
 from kneepoint.simulator.calibration_vllm import (
     DECODE_ONLY_CONTEXT,
+    FP8_DECODE_CONTEXT,
     MEAN_DECODE_CONTEXT,
     PROMPT,
     fit,
     fit_cpu_floor,
     fit_fp8_compute_efficiency,
+    fit_fp8_gemm_row_factors,
     h200_model,
     llama8b_h200_tp1,
     llama70b_fp8_h200_tp1,
@@ -29,7 +31,9 @@ from kneepoint.simulator.calibration_vllm import (
     load_cpu_floor_itl_p50_ms,
     load_decode_only_itl_p50_ms,
     load_fp8_compositions,
+    load_fp8_decode_itl_p50_ms,
     load_fp8_ttft_c1_ms,
+    load_gemm_rows,
     load_itl_p50_ms,
     load_ttft_c1_ms,
     parse_annotation,
@@ -183,3 +187,43 @@ def test_the_fp8_efficiency_moves_fp8_engines_only() -> None:
     # a GPU without fp8 tensor cores computes an fp8 checkpoint at its bf16 rate
     v100 = Hardware.from_gpu(get_gpu_type("v100-32gb"), "nvlink", fp8_compute=True)
     assert not v100.fp8_compute and v100.peak_tflops == get_gpu_type("v100-32gb").bf16_tflops
+
+
+# Runs 12 and 12b: vLLM's linear kernels timed by rows on an H200, and the 8B with online fp8 served (held out).
+def test_vllms_fp8_kernels_change_with_the_rows_and_bf16s_do_not() -> None:
+    fp8, bf16 = load_gemm_rows(DATA), load_gemm_rows(DATA, "bf16")
+    for shape in [("70b", 1), ("70b", 2), ("70b", 4), ("8b", 1)]:
+        t, b = fp8[shape], bf16[shape]
+        # cutlass_gemm_sm90_fp8_dispatch: one tile for 1-16 rows, another for 17-64, 64-128, above.
+        assert t[32] > 1.2 * t[16] and t[65] > 1.3 * t[64] and t[129] > 2.0 * t[128] / 1.3
+        assert t[64] < 1.15 * t[16]
+        # cuBLAS's bf16 GEMMs: within about 20 % of their 1-row time up to 128 rows.
+        assert max(b[m] for m in b if m <= 128) < 1.2 * b[1]
+        # fp8 streams half the bytes: about half bf16's time while memory-bound.
+        assert 0.4 < t[16] / b[16] < 0.6
+
+
+def test_the_shipped_fp8_row_factors_are_the_fit() -> None:
+    fitted = fit_fp8_gemm_row_factors(load_gemm_rows(DATA))
+    assert [m for m, _ in fitted] == [m for m, _ in CAL.compute.fp8_gemm_row_factors]
+    assert [f for _, f in fitted] == pytest.approx([f for _, f in CAL.compute.fp8_gemm_row_factors], abs=1e-3)
+    assert fitted[0] == (16, 1.0) and max(f for _, f in fitted) > 2.0
+
+
+def test_the_8b_fp8_decode_step_is_within_10_percent_of_run_12b() -> None:
+    """Held out: nothing was fitted to the 8B fp8 engine. Its decode-dominated loads' inter-token latency P50
+    against the model's decode step with host time, c8-c96 (c128's ITLs are the API server's chunks: its
+    TPOT mean, 6.17 ms, is below its ITL P50)."""
+    model = h200_model(CAL, "llama-3-8b", dtype="fp8")
+    flat = h200_model(replace(CAL, compute=replace(CAL.compute, fp8_gemm_row_factors=())), "llama-3-8b", dtype="fp8")
+    itl = load_fp8_decode_itl_p50_ms(DATA)
+    assert itl[24] > 1.2 * itl[16] and itl[48] < itl[24]  # real vLLM: slower at 24 sequences than at 48
+    missed = []
+    for conc, real in itl.items():
+        if conc > 96:
+            continue
+        work = decode_work(conc, FP8_DECODE_CONTEXT)
+        assert model.step_time(work).seconds * 1e3 == pytest.approx(real, rel=0.10), conc
+        if abs(flat.step_time(work).seconds * 1e3 / real - 1) > 0.10:
+            missed.append(conc)
+    assert missed == [24, 32, 40, 96]  # what the memory-bound model alone gets wrong (96: the tile for 65-128 rows)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pytest import approx
@@ -16,22 +18,24 @@ from kneepoint.simulator.perf_model import (
     Hardware,
     PerfModel,
     StepWork,
+    cuda_graph_padded_tokens,
     decode_work,
     prefill_work,
+    row_factor,
     shape_from_architecture,
 )
 
 CAL = load_calibration()
 
 
-def model(preset="llama-3-8b", gpu="h200", tp=1, pp=1, link="nvlink", eager=False, inter_node=None) -> PerfModel:
+def model(preset="llama-3-8b", gpu="h200", tp=1, pp=1, link="nvlink", eager=False, inter_node=None, dtype="bfloat16", cal=CAL) -> PerfModel:
     arch = get_preset(preset)
     tier = Tier(tp, pp)
     dep = Deployment(
-        tp, pp, weight_bytes_per_gpu(arch, tier, "bfloat16"), kv_bytes_per_token_per_gpu(arch, tier, "bfloat16"), enforce_eager=eager
+        tp, pp, weight_bytes_per_gpu(arch, tier, dtype), kv_bytes_per_token_per_gpu(arch, tier, "bfloat16"), enforce_eager=eager
     )
-    hw = Hardware.from_gpu(get_gpu_type(gpu), link, inter_node_gbps=inter_node)
-    return PerfModel(shape_from_architecture(arch), hw, dep, CAL)
+    hw = Hardware.from_gpu(get_gpu_type(gpu), link, inter_node_gbps=inter_node, fp8_compute=dtype == "fp8")
+    return PerfModel(shape_from_architecture(arch), hw, dep, cal)
 
 
 def test_the_preset_path_matches_real_vllm_decode_steps() -> None:
@@ -54,6 +58,7 @@ def test_tp_speeds_up_decode_as_the_pytorch_data_does() -> None:
 @settings(max_examples=50, deadline=None)
 @given(batch=st.integers(1, 256), ctx=st.integers(0, 8192), tp=st.sampled_from([1, 2, 4, 8]), link=st.sampled_from(["nvlink", "pcie"]))
 def test_more_work_never_takes_less_time(batch, ctx, tp, link) -> None:
+    # bf16 (cuBLAS): yes. Not so for fp8, where vLLM's kernel choice makes 24 sequences slower than 48 (below).
     m = model(tp=tp, link=link)
     t = m.decode_step(batch, ctx)
     assert m.decode_step(batch + 1, ctx).seconds >= t.seconds
@@ -137,3 +142,51 @@ def test_a_step_above_the_largest_cuda_graph_has_a_higher_cpu_floor() -> None:
     # With --enforce-eager there is no graph to fall out of: the eager floor stands instead.
     eager = model(eager=True)
     assert eager.cpu_floor_seconds(above) == approx(eager.cpu_floor_seconds(inside))
+
+
+def test_cuda_graph_padding_follows_vllms_capture_sizes() -> None:
+    # cudagraph_capture_sizes in the serve logs: 1, 2, 4, then every 8 (every 16 above 256), up to the largest graph.
+    padded = {n: cuda_graph_padded_tokens(n, 256) for n in (1, 2, 3, 5, 8, 9, 17, 24, 25, 129, 255, 256)}
+    assert padded == {1: 1, 2: 2, 3: 4, 5: 8, 8: 8, 9: 16, 17: 24, 24: 24, 25: 32, 129: 136, 255: 256, 256: 256}
+    assert cuda_graph_padded_tokens(257, 256) == 257  # no graph: as it is
+    assert cuda_graph_padded_tokens(260, 512) == 272 and cuda_graph_padded_tokens(500, 512) == 512
+    assert cuda_graph_padded_tokens(0, 256) == 0
+
+
+def test_row_factor_interpolates_between_its_rows() -> None:
+    table = ((16, 1.0), (24, 1.4), (64, 1.0))
+    assert row_factor(table, 8) == 1.0 and row_factor(table, 16) == 1.0
+    assert row_factor(table, 20) == approx(1.2) and row_factor(table, 24) == approx(1.4) and row_factor(table, 44) == approx(1.2)
+    assert row_factor(table, 1000) == 1.0 and row_factor((), 24) == 1.0
+
+
+def test_fp8_decode_follows_vllms_kernel_dispatch_and_bf16_does_not() -> None:
+    """Run 12: vLLM's fp8 CUTLASS GEMMs at 17-40 and 65-128 rows are slower than at 16 or 48-64 (run 12b's 8B fp8
+    TPOT: 3.58 ms at c16, 4.63 at c24, 4.39 at c48); the model's decode step follows."""
+    fp8 = model(dtype="fp8")
+    step = {b: fp8.gpu_step_time(decode_work(b, 257)).seconds for b in (16, 24, 48, 72)}
+    assert step[24] > 1.15 * step[16] and step[24] > step[48] and step[72] > step[48]
+    flat = model(dtype="fp8", cal=replace(CAL, compute=replace(CAL.compute, fp8_gemm_row_factors=())))
+    assert flat.gpu_step_time(decode_work(16, 257)).seconds == approx(step[16])  # at 1-16 rows: the memory-bound model as it was
+    assert flat.gpu_step_time(decode_work(24, 257)).seconds < step[24]
+    # bf16 engines never read the table.
+    bf16 = model()
+    no_table = model(cal=replace(CAL, compute=replace(CAL.compute, fp8_gemm_row_factors=())))
+    for b in (1, 24, 72, 136):
+        assert bf16.gpu_step_time(decode_work(b, 257)) == no_table.gpu_step_time(decode_work(b, 257))
+    # --enforce-eager has no graphs: 17 rows stay 17 (the table's 17-row figure), not 24.
+    eager = model(dtype="fp8", eager=True)
+    table = CAL.compute.fp8_gemm_row_factors
+    assert eager.gpu_step_time(decode_work(17, 257)).seconds != approx(eager.gpu_step_time(decode_work(24, 257)).seconds)
+    assert dict(table)[17] != dict(table)[24]
+
+
+@settings(max_examples=50, deadline=None)
+@given(batch=st.integers(1, 300), ctx=st.integers(0, 4096), tp=st.sampled_from([1, 2, 4]))
+def test_the_fp8_row_factors_only_ever_add_time(batch, ctx, tp) -> None:
+    flat = replace(CAL, compute=replace(CAL.compute, fp8_gemm_row_factors=()))
+    work = decode_work(batch, ctx)
+    assert (
+        model("llama-3-70b", tp=tp, dtype="fp8").gpu_step_time(work).seconds
+        >= model("llama-3-70b", tp=tp, dtype="fp8", cal=flat).gpu_step_time(work).seconds
+    )
