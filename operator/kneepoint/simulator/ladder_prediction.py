@@ -14,6 +14,10 @@ Error bands, per figure, from the simulator's measured error (docs/simulator.md)
   2.2 % (6.3 % before run 8's intake, run 6's decode-dominated c128), E2E P99 within 35.3 %
   (r3-c128, the one capture of six at c128 in vLLM's faster regime: real vLLM's own P99 at c128
   spans 6,015 to 8,292 ms; every other capture within 15.4 %);
+- engines with online fp8 (``--quantization fp8``): throughput at TP1 10 %: the same replay of the
+  8B fp8 (run 12b, held out from every fit) and the 70B fp8 captures (runs 5, 6, 10, 11): output
+  throughput within 9.6 % (8B fp8 at c24, where vLLM's fp8 kernels change tile), E2E P99 within
+  9.1 % (inside the 36 %);
 - TP > 1 adds the TP-scaling error: the simulator's TPn step time over its TP1 step time against
   the PyTorch + NCCL H200 data (there is no real-vLLM TP>1 capture): at most 13.9 % over NVLink
   (8B TP4 decode B=8; band 14 %), 32.15 % over PCIe without peer-to-peer (8B TP4 decode B=128; 13.3 %
@@ -39,13 +43,14 @@ from kneepoint.core.tiers import Tier
 from kneepoint.simulator.virtual_tier import Workload, run_load_test, start_engine
 
 TP1_THROUGHPUT_BAND = 0.025
+FP8_TP1_THROUGHPUT_BAND = 0.10
 TP1_P99_BAND = 0.36
 TP_SCALING_BAND = {"nvlink": 0.14, "pcie": 0.322}
 COMM_BAND = 0.16
 MEMORY_BAND = 0.10
 BAND_SOURCE = (
     "the in-process prediction against real vLLM 0.24 on one H200 (benchmarks/predict_bands.py, tests/data/vllm): "
-    "throughput 2.5 %, P99 36 % at TP1; TP>1 adds the TP-scaling error against PyTorch+NCCL H200 data (14 % NVLink, 32.2 % PCIe); "
+    "throughput 2.5 % (online fp8: 10 %), P99 36 % at TP1; TP>1 adds the TP-scaling error against PyTorch+NCCL H200 data (14 % NVLink, 32.2 % PCIe); "
     "comm share 0.16; needed memory 10 % (docs/simulator.md, docs/estimator.md)"
 )
 
@@ -65,13 +70,20 @@ def workload_of(spec: ExperimentSpec) -> Workload:
     )
 
 
-def bands(tier: Tier, interconnect: str) -> tuple[float, float, float]:
+def is_fp8_engine(engine_args: Sequence[str]) -> bool:
+    """Whether vLLM's flags quantize online to fp8 (``spec.model.dtype: fp8``)."""
+    args = list(engine_args)
+    return "--quantization" in args[:-1] and args[args.index("--quantization") + 1] == "fp8"
+
+
+def bands(tier: Tier, interconnect: str, fp8: bool = False) -> tuple[float, float, float]:
     """(throughput, P99, scaling) relative bands for one tier: its figures against real vLLM, and its figures over
     the 1-GPU tier's (what a comparison of two predicted tiers can be off by)."""
+    throughput = FP8_TP1_THROUGHPUT_BAND if fp8 else TP1_THROUGHPUT_BAND
     if tier.gpus == 1:
-        return TP1_THROUGHPUT_BAND, TP1_P99_BAND, 0.0
+        return throughput, TP1_P99_BAND, 0.0
     scaling = TP_SCALING_BAND.get(interconnect, max(TP_SCALING_BAND.values()))
-    return TP1_THROUGHPUT_BAND + scaling, TP1_P99_BAND + scaling, scaling
+    return throughput + scaling, TP1_P99_BAND + scaling, scaling
 
 
 def simulator_flags(gpu_product: str, interconnect: str, architecture: str | None) -> list[str]:
@@ -133,7 +145,7 @@ def _predict_ladder(
     flags = simulator_flags(gpu_product, interconnect, architecture)
     out = []
     for tier, args in engine_args.items():
-        throughput_band, p99_band, scaling_band = bands(tier, interconnect)
+        throughput_band, p99_band, scaling_band = bands(tier, interconnect, is_fp8_engine(args))
         forecast = TierForecast(
             tier,
             throughput_band=throughput_band,

@@ -42,6 +42,13 @@ def test_the_shipped_bands_cover_every_real_vllm_capture() -> None:
     assert len(rows) >= 10
     assert max(abs(r[2]) for r in rows) <= lp.TP1_THROUGHPUT_BAND
     assert max(abs(r[4]) for r in rows) <= lp.TP1_P99_BAND
+    # Engines with online fp8: the 8B (run 12b, held out from every fit) and the 70B.
+    fp8 = module.errors(("8b-fp8-tp1", "70b-fp8-tp1"))
+    assert len(fp8) >= 20 and {r[0].split("-r")[0] for r in fp8} >= {"8b-fp8", "70b-fp8"}
+    assert max(abs(r[2]) for r in fp8) <= lp.FP8_TP1_THROUGHPUT_BAND
+    assert max(abs(r[4]) for r in fp8) <= lp.TP1_P99_BAND
+    # The bf16 band would not hold them: an fp8 prediction would fall back to the full ladder on every experiment.
+    assert max(abs(r[2]) for r in fp8) > lp.TP1_THROUGHPUT_BAND
 
 
 def test_bands_grow_with_tp_and_over_pcie() -> None:
@@ -49,6 +56,19 @@ def test_bands_grow_with_tp_and_over_pcie() -> None:
     t, p, s = lp.bands(Tier(4), "nvlink")
     assert (round(t, 3), round(p, 3), s) == (0.165, 0.5, 0.14)
     assert lp.bands(Tier(4), "pcie")[2] == 0.322
+    assert lp.bands(Tier(1), "nvlink", fp8=True) == (0.10, 0.36, 0.0)
+    assert round(lp.bands(Tier(2), "nvlink", fp8=True)[0], 3) == 0.24
+
+
+def test_an_fp8_experiment_is_predicted_with_the_fp8_band() -> None:
+    doc = yaml.safe_load((ROOT / "deploy" / "examples" / "experiment.yaml").read_text())["spec"]
+    doc["model"]["dtype"] = "fp8"
+    doc["load"]["numRequests"] = 64
+    spec = parse_spec(doc)
+    args = vllm_args(spec, Tier(1))
+    assert lp.is_fp8_engine(args) and not lp.is_fp8_engine(["--quantization"]) and not lp.is_fp8_engine(["--dtype", "bfloat16"])
+    tp1 = lp.predict_ladder(spec, {Tier(1): args}, "NVIDIA-H200", "nvlink", spec.model.architecture.preset).forecast(Tier(1))
+    assert tp1 is not None and tp1.throughput_band == lp.FP8_TP1_THROUGHPUT_BAND and tp1.output_tokens_per_second
 
 
 def test_a_70b_engine_that_does_not_fit_one_gpu_is_predicted_not_to_start() -> None:
