@@ -63,6 +63,7 @@ from kneepoint.simulator.perf_model import (
     PerfModel,
     StepWork,
     default_cuda_graph_max_tokens,
+    decode_work,
     prefill_work,
     shape_from_architecture,
 )
@@ -550,6 +551,16 @@ def main(argv: list[str] | None = None) -> int:
         work = StepWork(decode_seqs=conc, decode_context_tokens=conc * DECODE_ONLY_CONTEXT, sampled_seqs=conc)
         gpu, st = small.gpu_step_time(work).seconds * 1e3, small.step_time(work).seconds * 1e3
         print(f"1B decode step at {conc:>3} seqs: real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%}; GPU {gpu:.2f} ms)")
+    print(
+        "fp8 GEMM time by rows over 1-16 rows (compute.fp8GemmRowFactors): "
+        + ", ".join(f"{m}: {f:.2f}" for m, f in cal.compute.fp8_gemm_row_factors)
+    )
+    eight_fp8 = h200_model(cal, "llama-3-8b", dtype="fp8")
+    for conc, itl in sorted(load_fp8_decode_itl_p50_ms(args.data_dir).items()):
+        st = eight_fp8.step_time(decode_work(conc, FP8_DECODE_CONTEXT)).seconds * 1e3
+        print(
+            f"8B fp8 decode step + host at {conc:>3} seqs (held out): real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%})"
+        )
     errors = [scaling_error(pair, cal) for pair in tp_scaling_pairs(load_points(args.h200_dir))]
     print(
         f"TP scaling vs the PyTorch data ({len(errors)} TP>1 points over their TP1 point): mean |error| "
