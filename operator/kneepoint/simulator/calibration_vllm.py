@@ -62,8 +62,8 @@ from kneepoint.simulator.perf_model import (
     Hardware,
     PerfModel,
     StepWork,
-    default_cuda_graph_max_tokens,
     decode_work,
+    default_cuda_graph_max_tokens,
     prefill_work,
     shape_from_architecture,
 )
