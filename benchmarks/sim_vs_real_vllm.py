@@ -17,6 +17,7 @@ as long as the captures themselves took (the simulator runs in real time): about
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -24,6 +25,10 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kneepoint.core.spec import ExperimentSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "vllm"
@@ -56,18 +61,25 @@ MODELS: dict[str, tuple[str, dict, int]] = {
 run 12 the 8B with online fp8)."""
 
 
-def engine_args(max_num_seqs: int, model: str = "8b-tp1") -> list[str]:
-    """The operator's vLLM flags for the capture's example experiment at TP1 (kube/manifests.py)."""
+@functools.cache
+def example_spec(model: str = "8b-tp1") -> ExperimentSpec:
+    """The example experiment the capture's engine was built from, with the model's changes."""
     import yaml
 
     from kneepoint.core.spec import parse_spec
-    from kneepoint.core.tiers import Tier
-    from kneepoint.kube.manifests import vllm_args
 
     example, changes, _ = MODELS[model]
     doc = yaml.safe_load((ROOT / "deploy" / "examples" / example).read_text())["spec"]
     doc["model"].update(changes)
-    args = vllm_args(parse_spec(doc), Tier(1, 1))
+    return parse_spec(doc)
+
+
+def engine_args(max_num_seqs: int, model: str = "8b-tp1") -> list[str]:
+    """The operator's vLLM flags for the capture's example experiment at TP1 (kube/manifests.py)."""
+    from kneepoint.core.tiers import Tier
+    from kneepoint.kube.manifests import vllm_args
+
+    args = vllm_args(example_spec(model), Tier(1, 1))
     args[args.index("--max-num-seqs") + 1] = str(max_num_seqs)
     return args
 

@@ -44,9 +44,9 @@ class ComputeCalibration:
     over their time at 1-16 rows, as (M, factor) in increasing M; between two rows it is
     interpolated, past the last the last holds (there the FLOPs bind). vLLM's CUTLASS fp8 GEMMs
     on SM90 pick their tile by M ([1, 16], (16, 64], (64, 128], above): run 12 timed them on an
-    H200 (``cutlass_scaled_mm``, Llama 8B and 70B shapes): 1.42x at 24 rows, 1.07x at 64, 1.42x
-    at 72, 2.45x at 136, 1.88x at 256. Empty: 1 everywhere (bf16's cuBLAS GEMMs stay within
-    about 10 % of their 1-row time up to 128 rows)."""
+    H200 (``cutlass_scaled_mm``, Llama 8B and 70B shapes, their mean): 1.38x at 24 rows, 1.07x at 64,
+    1.40x at 72, 2.32x at 136, 1.90x at 256. Empty: 1 everywhere (bf16's cuBLAS GEMMs stay within
+    16 % of their 1-row time up to 128 rows)."""
     overhead_us_per_sampled_seq: float = 0.0
     """Fixed cost per sequence sampled in a step, whatever the model's depth and the sequence's
     context (vLLM's logits and sampler over the vocabulary, per-sequence step bookkeeping). Real

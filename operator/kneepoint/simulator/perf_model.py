@@ -309,9 +309,9 @@ class PerfModel:
             + self._lm_head_flops_per_token * work.sampled_seqs * micro
             + self._attn_flops_per_pair * work.prefill_attention_pairs * micro
         )
-        weights = self._weights_read(math.ceil(tokens))
+        n = math.ceil(tokens)
+        weights = self._weights_read(n)
         if self._fp8_rows:
-            n = math.ceil(tokens)
             rows = n if self.deployment.enforce_eager else cuda_graph_padded_tokens(n, self._graph_max_tokens)
             weights += self._fp8_linear_bytes * (row_factor(self._fp8_rows, rows) - 1.0)
         t_w = weights / self._weight_bw
