@@ -1,5 +1,7 @@
 """Record one streamed request's raw SSE lines with their arrival times (perf_counter, s after the send)."""
+
 import http.client, json, sys, time
+
 path, body, out = sys.argv[1], sys.argv[2], sys.argv[3]
 conn = http.client.HTTPConnection("127.0.0.1", 8000, timeout=300)
 t0 = time.perf_counter()
