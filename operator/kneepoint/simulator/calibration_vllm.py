@@ -110,9 +110,11 @@ CPU_FLOOR_FILES = {
     64: "1b-tp1-loadgen-r6-d-c64.json",
 }
 """Run 6's decode-dominated loads on the 1B, whose GPU step (1.0 ms of kernels at c1, traced) is
-shorter than vLLM's CPU work per step: their inter-token latency is that CPU time. They ran with the
-device's host in its fast state; runs 5 and 6's 1024-token loads ran about 1 ms a step slower
-(docs/simulator.md, "Other model sizes")."""
+shorter than vLLM's CPU work per step: their inter-token latency is that CPU time. They give the
+floor's shape (how it grows per sequence); they ran at the fastest speed the device's host showed,
+so the level comes from :func:`load_1b_c1_tpots_ms` (docs/simulator.md, "The host's CPU speed")."""
+HOST_SPEED_REFERENCES = "1b-tp1-r14-host-references.json.gz"
+"""Run 14's c1 reference loads of the 1B (128/512, 3 requests each), one before every load of that run."""
 _ANNOTATION = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
 
 
@@ -231,9 +233,28 @@ def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def fit_cpu_floor(itl_p50: dict[int, float]) -> tuple[float, float]:
-    """(us per step, us per sequence) of vLLM's CPU time per step: least squares on ITL P50 by concurrency."""
-    return _line([float(c) for c in itl_p50], [v * 1e3 for v in itl_p50.values()])
+def load_1b_c1_tpots_ms(data_dir: Path) -> list[float]:
+    """TPOT (ms) of every unpinned, unprofiled c1 load of the 1B: the captures of runs 5, 6 and 13
+    and run 14's references. The 1B's c1 step is vLLM's CPU time, so these sample the host's speed."""
+    values = []
+    for path in sorted(data_dir.glob("1b-tp1-loadgen-*.json")):
+        doc = json.loads(path.read_text())
+        if doc["config"]["concurrency"] == 1:
+            values.append(float(doc["summary"]["tpotMeanMs"]))
+    with gzip.open(data_dir / HOST_SPEED_REFERENCES, "rt") as f:
+        values += [float(load["summary"]["tpotMeanMs"]) for load in json.load(f).values()]
+    return values
+
+
+def fit_cpu_floor(itl_p50: dict[int, float], c1_tpots_ms: list[float] | None = None) -> tuple[float, float]:
+    """(us per step, us per sequence) of vLLM's CPU time per step: least squares on ITL P50 by concurrency,
+    then, given the host's c1 samples, scaled so that the floor of one sequence is their median (the CPU
+    work per step and per sequence both run at the host's speed)."""
+    step, seq = _line([float(c) for c in itl_p50], [v * 1e3 for v in itl_p50.values()])
+    if c1_tpots_ms:
+        scale = statistics.median(c1_tpots_ms) * 1e3 / (step + seq)
+        step, seq = step * scale, seq * scale
+    return step, seq
 
 
 def load_ttft_c1_ms(data_dir: Path) -> float:
@@ -507,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             load_points(args.h200_dir),
             load_decode_only_itl_p50_ms(args.data_dir),
         )
-        floor_step, floor_seq = fit_cpu_floor(load_cpu_floor_itl_p50_ms(args.data_dir))
+        floor_step, floor_seq = fit_cpu_floor(load_cpu_floor_itl_p50_ms(args.data_dir), load_1b_c1_tpots_ms(args.data_dir))
         cal = replace(cal, serving=replace(cal.serving, cpu_floor_us_per_step=floor_step, cpu_floor_us_per_seq=floor_seq))
         fp8 = fit_fp8_compute_efficiency(load_fp8_compositions(args.data_dir), load_fp8_ttft_c1_ms(args.data_dir), cal)
         cal = replace(cal, compute=replace(cal.compute, fp8_compute_efficiency=fp8))
@@ -547,10 +568,19 @@ def main(argv: list[str] | None = None) -> int:
             f"decode step + host at {conc:>3} seqs, {DECODE_ONLY_CONTEXT} tokens of context: real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%})"
         )
     small = h200_model(cal, "llama-3.2-1b")
+    tpots = load_1b_c1_tpots_ms(args.data_dir)
+    floor_c1 = small.cpu_floor_seconds(decode_work(1, DECODE_ONLY_CONTEXT)) * 1e3
+    near = sum(abs(t / floor_c1 - 1) <= 0.10 for t in tpots)
+    print(
+        f"1B c1 decode step (the CPU floor): {floor_c1:.2f} ms; {len(tpots)} c1 loads over runs 5-14 span "
+        f"{min(tpots):.2f}-{max(tpots):.2f} ms, {near} within 10 % of the floor"
+    )
     for conc, itl in sorted(load_cpu_floor_itl_p50_ms(args.data_dir).items()):
         work = StepWork(decode_seqs=conc, decode_context_tokens=conc * DECODE_ONLY_CONTEXT, sampled_seqs=conc)
         gpu, st = small.gpu_step_time(work).seconds * 1e3, small.step_time(work).seconds * 1e3
-        print(f"1B decode step at {conc:>3} seqs: real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%}; GPU {gpu:.2f} ms)")
+        print(
+            f"1B decode step at {conc:>3} seqs: run 6 (the host at its fastest) ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%}; GPU {gpu:.2f} ms)"
+        )
     print(
         "fp8 GEMM time by rows over 1-16 rows (compute.fp8GemmRowFactors): "
         + ", ".join(f"{m}: {f:.2f}" for m, f in cal.compute.fp8_gemm_row_factors)

@@ -31,6 +31,7 @@ from kneepoint.simulator.calibration_vllm import (
     h200_model,
     llama8b_h200_tp1,
     llama70b_fp8_h200_tp1,
+    load_1b_c1_tpots_ms,
     load_compositions,
     load_cpu_floor_itl_p50_ms,
     load_decode_only_itl_p50_ms,
@@ -127,38 +128,34 @@ def test_a_short_contexts_decode_step_is_within_3_percent_of_run_6() -> None:
 
 
 def test_the_1b_decode_step_is_vllms_cpu_time_per_step() -> None:
-    # Run 6: the 1B's kernels take 1.0 ms a step at c1 (its trace), its decode period 1.5 ms; the CPU
-    # floor is fitted to those loads' ITL P50 and the step is that floor.
+    # Run 6: the 1B's kernels take 1.0 ms a step at c1 (its trace), its decode period 1.5 ms at the
+    # host's fastest; the floor has the shape of those loads (per sequence) and the level of the host's
+    # median speed (runs 5-14), and a 1B decode step is that floor, not its GPU time.
     floor = load_cpu_floor_itl_p50_ms(DATA)
-    assert fit_cpu_floor(floor) == pytest.approx((CAL.serving.cpu_floor_us_per_step, CAL.serving.cpu_floor_us_per_seq), rel=0.01)
+    tpots = load_1b_c1_tpots_ms(DATA)
+    assert fit_cpu_floor(floor, tpots) == pytest.approx((CAL.serving.cpu_floor_us_per_step, CAL.serving.cpu_floor_us_per_seq), rel=0.01)
+    fast_step, fast_seq = fit_cpu_floor(floor)
+    assert CAL.serving.cpu_floor_us_per_seq / CAL.serving.cpu_floor_us_per_step == pytest.approx(fast_seq / fast_step, rel=0.01)
     model = h200_model(CAL, "llama-3.2-1b")
     for conc, itl in floor.items():
         work = decode_work(conc, DECODE_ONLY_CONTEXT)
         assert model.gpu_step_time(work).seconds < model.cpu_floor_seconds(work)
-        assert model.step_time(work).seconds * 1e3 == pytest.approx(itl, rel=0.05), conc
+        assert model.step_time(work).seconds == model.cpu_floor_seconds(work)
+        # run 6 ran 30 % faster than the median host: the fastest seen
+        assert model.step_time(work).seconds * 1e3 / itl == pytest.approx(1.43, rel=0.05), conc
 
 
-def _1b_c1_tpots_ms() -> dict[str, float]:
-    """TPOT of every unpinned, unprofiled c1 load of the 1B (runs 5, 6 and 13)."""
-    out = {}
-    for path in sorted(DATA.glob("1b-tp1-loadgen-*.json")):
-        doc = json.loads(path.read_text())
-        if doc["config"]["concurrency"] == 1:
-            out[path.name] = float(doc["summary"]["tpotMeanMs"])
-    return out
-
-
-def test_the_cpu_floor_is_the_fastest_speed_the_host_showed() -> None:
-    # Run 13: the 1B's c1 step is vLLM's CPU time, and the device's CPU speed varies (1.52-2.56 ms over
-    # ten unpinned loads). The floor is the fastest of them: no load beat it by more than noise, most
-    # were slower, and real vLLM's own spread is far beyond the benchmark's 10 %.
-    tpots = _1b_c1_tpots_ms()
-    assert len(tpots) >= 10
+def test_the_cpu_floor_is_the_host_median_speed() -> None:
+    # Runs 5-14: the 1B's c1 step is vLLM's CPU time and the device's CPU speed varies (1.52-2.56 ms
+    # over 25 unpinned c1 loads). The floor is their median: most loads lie within 10 % of it (18 of 25;
+    # of run 6's fastest-state fit, 2), and real vLLM's own spread is far beyond the benchmark's 10 %.
+    tpots = load_1b_c1_tpots_ms(DATA)
+    assert len(tpots) >= 25
     model = h200_model(CAL, "llama-3.2-1b")
     floor_ms = model.step_time(decode_work(1, DECODE_ONLY_CONTEXT)).seconds * 1e3
-    assert min(tpots.values()) >= floor_ms * 0.97, tpots
-    assert max(tpots.values()) / min(tpots.values()) > 1.6
-    assert sum(t > floor_ms * 1.10 for t in tpots.values()) > len(tpots) / 2
+    assert floor_ms == pytest.approx(statistics.median(tpots), rel=0.01)
+    assert sum(abs(t / floor_ms - 1) <= 0.10 for t in tpots) >= 0.7 * len(tpots)
+    assert max(tpots) / min(tpots) > 1.6
 
 
 def test_the_1b_busy_loop_used_its_whole_cpu_in_every_c1_load_of_run_13() -> None:
