@@ -1,11 +1,12 @@
-"""Run 15 (tests/data/vllm/README.md): where real vLLM 0.24's first token goes under load, on the 1B.
+"""Runs 15 and 16 (tests/data/vllm/README.md): where real vLLM 0.24's first token goes under load, on the 1B.
 
 vLLM's own histograms, read before and after every load, split a request's time to its first token
 into the API server's part (from its arrival to the engine's queue: TTFT less queue less prefill),
 the engine's queue and the prefill; the host sampler gives the API server's main-thread CPU. What
 they show, and docs/simulator.md ("The intake while the server streams") builds on: the intake is
 slower while the server streams tokens, which the simulator's intake (fitted to bursts on an idle
-server) does not model.
+server) does not model. Run 16 looked inside the API server: its other threads (the tokenizer's
+one worker among them) wait longer for the interpreter lock the busier its main thread is.
 """
 
 from __future__ import annotations
@@ -121,3 +122,44 @@ def test_the_api_servers_main_thread_costs_per_step_and_per_streamed_token() -> 
     assert 20e-6 < b < 60e-6
     c128 = rows[-1]
     assert a * c128[0] + b * c128[1] > 0.6
+
+
+def _run16() -> dict:
+    with gzip.open(DATA / "1b-tp1-r16-gil.json.gz", "rt") as f:
+        return json.load(f)
+
+
+def test_the_api_servers_other_threads_wait_for_the_interpreter_lock_as_the_main_thread_fills() -> None:
+    # Run 16: a thread inside the API server wakes every 1 ms; how late it wakes is its wait for the
+    # interpreter lock. Against the main thread's CPU share in the same 0.25 s (host sampler): about
+    # 0.1 ms while the main thread is idle, about 1 ms at 0.6-0.8 of it (the c32 loads), and 5 ms or
+    # more once it is full (96 streams, c128's peaks): the convoy every other thread of the process
+    # (the tokenizer's, the sockets') joins.
+    doc = _run16()
+    found = re.search(r"api=(\d+)", doc["pids"])
+    assert found is not None
+    pid = int(found.group(1))
+    by_share: dict[str, list[float]] = {"idle": [], "busy": [], "full": []}
+    for row in doc["gil"]:
+        near = [s for s in doc["hostSamples"] if abs(s["t"] - row["t"]) <= 0.13]
+        if not near:
+            continue
+        share = max((u for tid, _n, _cpu, u in near[0]["api"] if tid == pid), default=0.0)
+        band = "idle" if share < 0.3 else "busy" if 0.55 <= share < 0.85 else "full" if share >= 0.95 else None
+        if band:
+            by_share[band].append(row["waitMeanMs"])
+    assert min(len(v) for v in by_share.values()) >= 20
+    idle, busy, full = (statistics.median(by_share[b]) for b in ("idle", "busy", "full"))
+    assert idle < 0.3
+    assert 0.4 < busy < 2.5
+    assert full > 5.0
+
+
+def test_the_api_server_tokenizes_in_one_worker_thread() -> None:
+    # Every sample that caught a tokenizer call (HF transformers' _encode_plus) caught it on the same
+    # one-worker pool's thread: requests are tokenized one after another, outside the main thread.
+    doc = _run16()
+    threads = {
+        name.split(":")[0] for row in doc["gil"] for name, _count in row["others"] if "_encode_plus" in name or "tokenization_utils" in name
+    }
+    assert threads == {"ThreadPoolExecutor-2_0"}
