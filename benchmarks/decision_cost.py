@@ -23,7 +23,9 @@ each GPU's shard (``--h2d-gbps``, the simulator's own default) and initialise th
 (``--engine-init-s``: profiling run, KV-cache allocation, CUDA-graph capture).
 
 Levers, each on its own (``variants``): estimator skipping, early stop, adaptive
-load-test stopping (``virtual_tier.AdaptiveStop``), independent tiers at once on free GPUs
+load-test stopping (the experiment's ``spec.load.adaptive`` enabled with its default plan: each
+repeat stopped by ``kneepoint loadgen --adaptive``'s own rule, ``kneepoint.loadgen.adaptive``,
+as the load-test Job runs it), independent tiers at once on free GPUs
 (wall time; a timeline over the measured tier durations), and model-load time shown
 apart with what a node-local model cache would save.
 
@@ -61,12 +63,12 @@ from kneepoint.core.observations import (
     Observations,
 )
 from kneepoint.core.prediction import LadderPrediction
-from kneepoint.core.spec import ExperimentSpec, StopRulesSpec, parse_spec
+from kneepoint.core.spec import AdaptiveLoadSpec, ExperimentSpec, StopRulesSpec, parse_spec
 from kneepoint.core.status import TIER_PENDING, TIER_SKIPPED, ExperimentStatus, set_condition
 from kneepoint.core.tiers import Tier
 from kneepoint.kube.manifests import vllm_args
-from kneepoint.simulator.ladder_prediction import predict_ladder, workload_of
-from kneepoint.simulator.virtual_tier import AdaptiveStop, EngineStart, TierMeasurement, run_load_test, start_engine
+from kneepoint.simulator.ladder_prediction import adaptive_plan_of, predict_ladder, workload_of
+from kneepoint.simulator.virtual_tier import EngineStart, TierMeasurement, run_load_test, start_engine
 
 # The ladder's passes are run by the same driver as its unit tests (tests/unit/core/ladder_driver.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit" / "core"))
@@ -295,10 +297,9 @@ def seed_for(*parts: Any) -> int:
 
 
 class Measurements:
-    """Engine starts and load tests, computed once per (scenario, noise stream, tier, stopping rule)."""
+    """Engine starts and load tests, computed once per (scenario, load spec with its adaptive plan, noise stream, tier)."""
 
-    def __init__(self, adaptive_rule: AdaptiveStop, fixed_seed: int | None = None) -> None:
-        self.adaptive_rule = adaptive_rule
+    def __init__(self, fixed_seed: int | None = None) -> None:
         self.fixed_seed = fixed_seed
         """Every engine gets this noise seed (as the operator's Simulate mode passes none: seed 0), not one per tier."""
         self._starts: dict[tuple[Any, ...], EngineStart] = {}
@@ -348,15 +349,14 @@ class Measurements:
             self._predictions[key] = found
         return found
 
-    def load_test(
-        self, scenario: Scenario, spec: ExperimentSpec, start: EngineStart, stream: str, tier: Tier, adaptive: bool
-    ) -> TierMeasurement:
-        key = (scenario.key, spec.load, stream, tier, adaptive)
+    def load_test(self, scenario: Scenario, spec: ExperimentSpec, start: EngineStart, stream: str, tier: Tier) -> TierMeasurement:
+        """The Job's load test: the spec's workload, each repeat stopped by spec.load.adaptive's plan when enabled."""
+        key = (scenario.key, spec.load, stream, tier)
         found = self._tests.get(key)
         if found is None:
             assert start.settings is not None
             began = time.process_time()
-            found = run_load_test(start.settings, workload_of(spec), self.adaptive_rule if adaptive else None)
+            found = run_load_test(start.settings, workload_of(spec), adaptive_plan_of(spec))
             self.cpu_seconds += time.process_time() - began
             self._tests[key] = found
         return found
@@ -421,11 +421,9 @@ class TierCost:
 class VirtualCluster:
     """Nodes, engines and load-test Jobs on virtual time, answering the ladder's observations."""
 
-    def __init__(
-        self, scenario: Scenario, spec: ExperimentSpec, measurements: Measurements, stream: str, adaptive: bool, load_model: LoadModel
-    ) -> None:
+    def __init__(self, scenario: Scenario, spec: ExperimentSpec, measurements: Measurements, stream: str, load_model: LoadModel) -> None:
         self.scenario, self.spec, self.m = scenario, spec, measurements
-        self.stream, self.adaptive, self.load_model = stream, adaptive, load_model
+        self.stream, self.load_model = stream, load_model
         fleet = scenario.fleet
         self.gpu = find_gpu_type(fleet.gpu_product)
         self.arch = architecture_from_spec(spec.model.architecture, None, model_name=spec.model.uri)
@@ -533,7 +531,7 @@ class VirtualCluster:
         if (tier, attempt) in self.jobs:
             return
         e = self.engines[tier]
-        measurement = self.m.load_test(self.scenario, self.spec, e.start, self.stream, tier, self.adaptive)
+        measurement = self.m.load_test(self.scenario, self.spec, e.start, self.stream, tier)
         self.jobs[(tier, attempt)] = _Job(tier, attempt, now, measurement)
 
     def delete_tier(self, tier: Tier, now: float) -> None:
@@ -575,6 +573,7 @@ class Variant:
     skip: bool
     early_stop: bool
     adaptive: bool
+    """spec.load.adaptive enabled with the spec's default plan (what ``adaptive: {enabled: true}`` gives)."""
     stream: str = "ladder"
     description: str = ""
     max_attempts: int | None = None
@@ -744,9 +743,13 @@ def run_ladder(
     if variant.max_attempts is not None:
         spec = dataclasses.replace(spec, load=dataclasses.replace(spec.load, max_attempts=variant.max_attempts))
     spec = dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, predict_first=variant.predict_first))
+    if variant.adaptive:
+        spec = dataclasses.replace(
+            spec, load=dataclasses.replace(spec.load, adaptive=dataclasses.replace(spec.load.adaptive, enabled=True))
+        )
     ladder_spec = spec if variant.early_stop else dataclasses.replace(spec, stop_rules=NEVER_STOP)
     stream = f"{variant.stream}/{seed}"
-    cluster = VirtualCluster(scenario, spec, measurements, stream, variant.adaptive, load_model)
+    cluster = VirtualCluster(scenario, spec, measurements, stream, load_model)
     driver = Driver(ladder_spec, cluster.fleet_view(), settings=settings or LadderSettings(), spec_hash=measurement_hash(spec))
     status = driver.status
     now = EPOCH
@@ -1040,6 +1043,30 @@ def lever_rows(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet], varian
     return rows
 
 
+ADAPTIVE_PAIRS = (("ladder + adaptive", "ladder"), ("predict first + adaptive", PREDICT_FIRST), ("adaptive only", REFERENCE.name))
+
+
+def adaptive_lines(results: Sequence[ScenarioSeed], variants: Sequence[Variant] = VARIANTS) -> list[str]:
+    """Per adaptive variant against its fixed-plan counterpart: load-test GPU-minutes (model load left out) and the
+    requests sent by the load tests that finished (warm-up included; a timed-out test counts none)."""
+    names = {v.name for v in variants} | {REFERENCE.name}
+    out = []
+    for adaptive, fixed in ADAPTIVE_PAIRS:
+        if adaptive not in names or fixed not in names:
+            continue
+        runs = [r.variants[adaptive] for r in results]
+        bases = [r.reference if fixed == REFERENCE.name else r.variants[fixed] for r in results]
+        test = sum(c.tier.gpus * c.test_seconds / 60.0 for x in runs for c in x.costs)
+        base_test = sum(c.tier.gpus * c.test_seconds / 60.0 for x in bases for c in x.costs)
+        sent = sum(c.requests_sent for x in runs for c in x.costs)
+        base_sent = sum(c.requests_sent for x in bases for c in x.costs)
+        out.append(
+            f"{adaptive} vs {fixed}: load-test GPU-minutes {test:.0f} of {base_test:.0f} ({test / base_test:.1%}); "
+            f"requests sent by finished load tests {sent} of {base_sent} ({sent / base_sent:.1%})"
+        )
+    return out
+
+
 def lever_table(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet], variants: Sequence[Variant] = VARIANTS) -> str:
     return _table(
         ["variant", "same decision as the sweep", "GPU-min", "vs sweep", "wall min", "vs sweep", "what"],
@@ -1047,11 +1074,11 @@ def lever_table(results: Sequence[ScenarioSeed], fleets: dict[str, Fleet], varia
     )
 
 
-def _run_scenario(job: tuple[Scenario, int, LoadModel, AdaptiveStop, Sequence[Variant]]) -> tuple[list[ScenarioSeed], float, float]:
+def _run_scenario(job: tuple[Scenario, int, LoadModel, Sequence[Variant]]) -> tuple[list[ScenarioSeed], float, float]:
     """Every seed of one scenario (a worker's unit with --jobs: its own measurement cache)."""
-    scenario, seeds, load_model, rule, variants = job
+    scenario, seeds, load_model, variants = job
     began = time.perf_counter()
-    m = Measurements(rule)
+    m = Measurements()
     out = [run_scenario_seed(scenario, seed, m, load_model, variants) for seed in range(1, seeds + 1)]
     print(f"  {scenario.key}: done ({time.perf_counter() - began:.0f} s)", file=sys.stderr, flush=True)
     return out, m.cpu_seconds, m.predict_cpu_seconds
@@ -1096,12 +1123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("decision_cost: --seeds: must be at least 1", file=sys.stderr)
         return 2
     load_model = LoadModel(args.fetch_gbps, args.h2d_gbps, args.engine_init_s)
-    rule = AdaptiveStop()
-    measurements = Measurements(rule)
+    measurements = Measurements()
     started = time.perf_counter()
     base = scenarios(chosen["models"], chosen["fleets"], chosen["workloads"])
     near_list = [] if args.no_near else near_threshold_scenarios(measurements)
-    jobs = [(sc, args.seeds, load_model, rule, variants) for sc in base + near_list]
+    jobs = [(sc, args.seeds, load_model, variants) for sc in base + near_list]
     if args.jobs > 1:
         import multiprocessing
 
@@ -1122,10 +1148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"+ {load_model.engine_init_s:g} s engine start (real vLLM 0.24, 8B on an H200, cold compile cache: tests/data/vllm); "
         "out-of-memory tiers fail after fetch + shard"
     )
-    print(
-        f"adaptive stop: {rule.confidence:.0%} confidence, throughput half-width <= {rule.throughput_rel_half_width:.0%}, "
-        f"P99 interval <= {rule.p99_rel_width:.0%} of P99, at most the fixed plan's requests"
-    )
+    if any(v.adaptive for v in variants):
+        plan = AdaptiveLoadSpec()
+        print(
+            f"adaptive variants: spec.load.adaptive {{enabled: true}} (defaults: +-{plan.relative_precision:.0%} at {plan.confidence:.0%} "
+            f"confidence, min {plan.min_requests} requests): each repeat stopped by kneepoint loadgen --adaptive's rule, "
+            "at most numRequests"
+        )
     print()
     print(scenario_table(results))
     print()
@@ -1134,6 +1163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(agreement_line(f"ladder vs sweep ({len(results)} scenario-seeds)", results, "ladder"))
     if any(v.name == PREDICT_FIRST for v in variants):
         print(agreement_line(f"predict first vs sweep ({len(results)} scenario-seeds)", results, PREDICT_FIRST))
+    for line in adaptive_lines(results, variants):
+        print(line)
     if near:
         print()
         print(

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen.append(dc.Scenario(dc.MODELS[parts[0]], dc.FLEETS[parts[1]], dc.WORKLOADS[parts[2]]))
 
     # In-process first (seconds).
-    measurements = dc.Measurements(dc.AdaptiveStop(), fixed_seed=0)
+    measurements = dc.Measurements(fixed_seed=0)
     ladder = next(v for v in dc.VARIANTS if v.name == "ladder")
     virtual = {}
     for sc in chosen:

@@ -33,7 +33,7 @@ def _benchmark():
 @pytest.fixture(scope="module")
 def results():
     dc = _benchmark()
-    measurements = dc.Measurements(dc.AdaptiveStop())
+    measurements = dc.Measurements()
     load_model = dc.LoadModel()
     ladder = tuple(v for v in dc.VARIANTS if v.name in ("ladder", dc.PREDICT_FIRST))
     out = []

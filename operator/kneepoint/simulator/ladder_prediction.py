@@ -40,6 +40,7 @@ from dataclasses import replace
 from kneepoint.core.prediction import LadderPrediction, TierForecast
 from kneepoint.core.spec import ExperimentSpec
 from kneepoint.core.tiers import Tier
+from kneepoint.loadgen.adaptive import AdaptivePlan
 from kneepoint.simulator.virtual_tier import Workload, run_load_test, start_engine
 
 TP1_THROUGHPUT_BAND = 0.025
@@ -68,6 +69,19 @@ def workload_of(spec: ExperimentSpec) -> Workload:
         warmup_requests=load.warmup_requests,
         repeats=load.repeats,
     )
+
+
+def adaptive_plan_of(spec: ExperimentSpec) -> AdaptivePlan | None:
+    """spec.load.adaptive as the plan the Job's ``kneepoint loadgen --adaptive`` runs (kube.manifests.adaptive_args);
+    None when off (every repeat sends numRequests).
+
+    The prediction itself runs the fixed plan: an adaptive repeat never sends more, so its
+    load-test seconds are the longest the Job can take, which is what the timeout check needs.
+    """
+    adaptive = spec.load.adaptive
+    if not adaptive.enabled:
+        return None
+    return AdaptivePlan(adaptive.relative_precision, adaptive.confidence, adaptive.min_requests)
 
 
 def is_fp8_engine(engine_args: Sequence[str]) -> bool:

@@ -33,27 +33,25 @@ the client the instant its step ends) and the client never limits the run (``cli
 false). Times are simulated
 seconds; wall-clock stamps in the summary are ``epoch`` plus simulated time.
 
-Optional **adaptive stopping** (:class:`AdaptiveStop`) replaces "``repeats`` x
-``num_requests``" by one measured phase that stops sending once output throughput and the
-P99 of end-to-end latency are known to a stated confidence: throughput by batch means (batches of
-whole closed-loop cycles of completions, Student-t interval on their mean), P99 by
-the distribution-free order-statistic interval (binomial ranks; no assumption about the
-latency distribution). It never sends more than the fixed plan would.
+With an adaptive plan (``spec.load.adaptive``, :class:`~kneepoint.loadgen.adaptive.AdaptivePlan`)
+every measured repeat is stopped by the load generator's own rule,
+:class:`kneepoint.loadgen.adaptive.AdaptiveStop`, exactly as the load-test Job's
+``kneepoint loadgen --adaptive`` runs it: one rule per repeat of ``num_requests``, fed each
+finished request before its slot sends the next; once it says stop no new request is sent and
+those in flight finish and count. A repeat never sends more than ``num_requests``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from statistics import NormalDist
 from typing import Any
 
 from kneepoint.core.timestamps import rfc3339
+from kneepoint.loadgen.adaptive import AdaptivePlan, AdaptiveStop, adaptive_json, assess_records
 from kneepoint.loadgen.records import HTTP_4XX, RequestRecord
-from kneepoint.loadgen.statistics import percentile_sorted
 from kneepoint.loadgen.summary import ClientLoad, build_summary, select_repeat, summarize_repeat
 from kneepoint.loadgen.workload import build_prompt, build_request_body
 from kneepoint.simulator.engine import SimulatorSettings, scheduler_config
@@ -124,7 +122,7 @@ def start_engine(args: Sequence[str]) -> EngineStart:
 
 
 # --------------------------------------------------------------------------------------------
-# The workload and the stopping rule
+# The workload
 
 
 @dataclass(frozen=True)
@@ -148,93 +146,6 @@ class Workload:
             raise ValueError(f"warmup_requests must be >= 0, got {self.warmup_requests}")
         if self.api not in ("completions", "chat"):
             raise ValueError(f"api must be completions or chat, got {self.api!r}")
-
-
-@dataclass(frozen=True)
-class AdaptiveStop:
-    """Stop a tier's load test once throughput and P99 are known to ``confidence``.
-
-    Throughput: the measured phase's completed requests, in completion order, are split into
-    up to ``batches`` batches of whole multiples of ``concurrency`` completions (one
-    closed-loop cycle refreshes every slot once); each batch's rate is its output tokens over
-    its span; the Student-t interval of the batch rates' mean must have a half-width of at
-    most ``throughput_rel_half_width`` of the mean (at least 3 batches). P99 (end-to-end latency): the order-statistic
-    interval [X(l), X(u)] that holds the true P99 with probability >= ``confidence`` must
-    exist (enough samples) and be at most ``p99_rel_width`` of the P99 wide. Checked every
-    ``check_every`` completed requests once ``min_requests`` completed; no more than
-    ``max_requests`` are sent (default: what the fixed plan sends, repeats x num_requests).
-    """
-
-    confidence: float = 0.95
-    throughput_rel_half_width: float = 0.05
-    p99_rel_width: float = 0.20
-    batches: int = 10
-    check_every: int = 25
-    min_requests: int = 0
-    max_requests: int | None = None
-
-    def __post_init__(self) -> None:
-        if not 0.5 < self.confidence < 1.0:
-            raise ValueError(f"confidence must be in (0.5, 1), got {self.confidence}")
-        if self.batches < 3:
-            raise ValueError(f"batches must be at least 3, got {self.batches}")
-        if self.check_every < 1:
-            raise ValueError(f"check_every must be at least 1, got {self.check_every}")
-
-
-def t_quantile(p: float, df: int) -> float:
-    """Student-t quantile by the Cornish-Fisher expansion around the normal one (error < 1e-3 for df >= 5)."""
-    z = NormalDist().inv_cdf(p)
-    v = float(df)
-    return (
-        z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2) + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
-    )
-
-
-def _binom_log_pmf(n: int, k: int, p: float) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * math.log(p) + (n - k) * math.log1p(-p)
-
-
-def quantile_ranks(n: int, q: float, confidence: float) -> tuple[int, int] | None:
-    """1-based ranks (l, u) with P(X(l) <= true q-quantile <= X(u)) >= confidence, or None with too few samples.
-
-    The count of samples below the true quantile is Binomial(n, q); each tail gets at most
-    (1 - confidence) / 2. Distribution-free (continuous distributions).
-    """
-    if n < 1:
-        return None
-    alpha = (1.0 - confidence) / 2.0
-    pmf = [math.exp(_binom_log_pmf(n, k, q)) for k in range(n + 1)]
-    # Upper rank: smallest u with P(B >= u) <= alpha.
-    tail, u = 0.0, None
-    for k in range(n, -1, -1):
-        if tail + pmf[k] > alpha:
-            u = k + 1
-            break
-        tail += pmf[k]
-    # Lower rank: largest l with P(B <= l - 1) <= alpha.
-    head, lower = 0.0, None
-    for k in range(n + 1):
-        if head + pmf[k] > alpha:
-            lower = k
-            break
-        head += pmf[k]
-    if u is None or lower is None or u > n or lower < 1:
-        return None
-    return lower, u
-
-
-def min_samples_for_quantile(q: float, confidence: float) -> int:
-    """The fewest samples for which :func:`quantile_ranks` gives an interval."""
-    n = 1
-    while quantile_ranks(n, q, confidence) is None:
-        n = n + 1 if n < 64 else int(n * 1.05) + 1
-        if n > 1_000_000:
-            raise ValueError(f"no interval for quantile {q} at confidence {confidence}")
-    # Step back to the smallest n (the coarse steps above may overshoot).
-    while n > 1 and quantile_ranks(n - 1, q, confidence) is not None:
-        n -= 1
-    return n
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,8 +174,11 @@ class TierMeasurement:
     preemptions: int
     memory_used_gib: float
     """Framebuffer held per GPU once loaded (gpu-memory-utilization x memory): DCGM's FB_USED."""
-    adaptive: dict[str, Any] | None = None
-    """With adaptive stopping: whether it converged, requests measured, the intervals."""
+    adaptive: tuple[dict[str, Any], ...] | None = None
+    """With an adaptive plan, per measured repeat what ``kneepoint loadgen --adaptive`` records
+    (``adaptive.adaptive_json``): ``stoppedEarly`` (the rule converged), ``reason``, ``requestsSent``
+    of ``requestsPlanned``, ``completedAtStop`` and the intervals. The kept repeat's is also the
+    summary's ``adaptive``."""
 
     def summary_at(self, epoch: float) -> dict[str, Any]:
         """The summary with its wall-clock stamps for a test that started at ``epoch`` (seconds since 1970)."""
@@ -412,80 +326,33 @@ class _VirtualRun:
         return peak, (comm / busy if busy > 0 else 0.0), min(1.0, busy / span), preempted
 
 
-def _adaptive_check(
-    rule: AdaptiveStop, run: _VirtualRun, phase_start: float, records: Sequence[RequestRecord], min_requests: int
-) -> tuple[bool, dict[str, Any]]:
-    """Whether throughput and P99 are known well enough; the figures either way."""
-    done = [r.latency for r in records if r.ok and r.latency is not None]
-    info: dict[str, Any] = {"requests": len(records)}
-    if len(records) < min_requests or len(records) % rule.check_every:
-        return False, info
-    # Batch means over completion cycles: in a closed loop of C slots every slot is refreshed
-    # once per C completions, so batches of whole multiples of C completions are comparable.
-    finished = sorted(r.end for r in records if r.ok and r.end is not None)
-    tokens_done = sorted((r.end, r.output_tokens or 0) for r in records if r.ok and r.end is not None)
-    cycle = max(1, run.workload.concurrency)
-    per_batch = cycle * max(1, len(finished) // (cycle * rule.batches))
-    count = len(finished) // per_batch
-    if count < 3:
-        return False, info
-    rates, start = [], phase_start
-    for b in range(count):
-        chunk = tokens_done[b * per_batch : (b + 1) * per_batch]
-        end = chunk[-1][0]
-        if end <= start:
-            return False, info
-        rates.append(sum(t for _, t in chunk) / (end - start))
-        start = end
-    mean = sum(rates) / len(rates)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in rates) / (len(rates) - 1))
-    half = t_quantile(0.5 + rule.confidence / 2, len(rates) - 1) * sd / math.sqrt(len(rates))
-    info["batches"] = count
-    ordered = sorted(done)
-    ranks = quantile_ranks(len(ordered), 0.99, rule.confidence)
-    info["throughputRelHalfWidth"] = round(half / mean, 4) if mean > 0 else None
-    if ranks is None or mean <= 0:
-        return False, info
-    p99 = percentile_sorted(ordered, 99.0)
-    low, high = ordered[ranks[0] - 1], ordered[ranks[1] - 1]
-    info["p99RelWidth"] = round((high - low) / p99, 4) if p99 > 0 else None
-    converged = half / mean <= rule.throughput_rel_half_width and p99 > 0 and (high - low) / p99 <= rule.p99_rel_width
-    return converged, info
+def run_load_test(settings: SimulatorSettings, workload: Workload, adaptive: AdaptivePlan | None = None) -> TierMeasurement:
+    """Load-test one engine on a virtual clock and return the load generator's summary with the window's metrics.
 
-
-def run_load_test(settings: SimulatorSettings, workload: Workload, adaptive: AdaptiveStop | None = None) -> TierMeasurement:
-    """Load-test one engine on a virtual clock and return the load generator's summary with the window's metrics."""
+    ``adaptive``: the experiment's plan (``spec.load.adaptive`` when enabled); each repeat then
+    stops as ``kneepoint loadgen --adaptive`` stops it (at most ``num_requests``).
+    """
     run = _VirtualRun(settings, workload)
     w = workload
     if w.warmup_requests:
         run.run_phase(_Phase("warmup", w.warmup_requests))
     phases: list[_Phase] = []
-    adaptive_info: dict[str, Any] | None = None
-    if adaptive is None:
-        for i in range(w.repeats):
-            phase = _Phase(f"repeat-{i + 1}", w.num_requests)
+    adaptive_repeats: list[dict[str, Any]] = []
+    for i in range(w.repeats):
+        phase = _Phase(f"repeat-{i + 1}", w.num_requests)
+        if adaptive is None:
             run.run_phase(phase)
-            phases.append(phase)
-    else:
-        cap = adaptive.max_requests or w.repeats * w.num_requests
-        floor = max(adaptive.min_requests, w.concurrency, min_samples_for_quantile(0.99, adaptive.confidence))
-        phase = _Phase("repeat-1", cap)
-        phase_start = run.now
-        last: dict[str, Any] = {}
-
-        def stop(records: list[RequestRecord]) -> bool:
-            converged, info = _adaptive_check(adaptive, run, phase_start, records, min(floor, cap))
-            if len(info) > 1:
-                last.update(info)
-            return converged
-
-        run.run_phase(phase, stop)
+        else:
+            # As kneepoint loadgen's run_load: a fresh rule per repeat, judged on each finished request.
+            rule = AdaptiveStop(adaptive, w.concurrency, w.num_requests)
+            run.run_phase(phase, lambda records, rule=rule: rule.add(records[-1]))
+            final = assess_records(phase.records, w.concurrency, adaptive)
+            adaptive_repeats.append(adaptive_json(adaptive, w.num_requests, len(phase.records), rule.decision, final, rule.last))
         phases.append(phase)
-        converged, info = _adaptive_check(replace(adaptive, check_every=1), run, phase_start, phase.records, 1)
-        adaptive_info = {"converged": converged, "cap": cap, "floor": min(floor, cap), **info}
     repeats = [summarize_repeat(p.name, p.records, _NO_CLIENT_LOAD, w.input_len, w.output_len) for p in phases]
     choice = select_repeat(repeats, OPERATOR_MAX_ERROR_FRACTION)
-    summary = build_summary(repeats, choice, w.concurrency, OPERATOR_MAX_ERROR_FRACTION)
+    kept_adaptive = adaptive_repeats[choice.index] if adaptive_repeats else None
+    summary = build_summary(repeats, choice, w.concurrency, OPERATOR_MAX_ERROR_FRACTION, adaptive=kept_adaptive)
     kept = repeats[choice.index]
     start = kept.started_at if kept.started_at is not None else 0.0
     end = kept.finished_at if kept.finished_at is not None else start
@@ -501,6 +368,6 @@ def run_load_test(settings: SimulatorSettings, workload: Workload, adaptive: Ada
         gpu_utilization=busy,
         preemptions=preempted,
         memory_used_gib=settings.memory_used_bytes_per_gpu / 1024**3,
-        adaptive=adaptive_info,
+        adaptive=tuple(adaptive_repeats) if adaptive is not None else None,
     )
     return replace(measurement, summary=measurement.summary_at(0.0))

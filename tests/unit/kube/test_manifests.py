@@ -184,6 +184,10 @@ def test_the_job_passes_spec_load_adaptive_to_the_load_generator():
     config = validate(parsed)
     assert config.adaptive is not None and config.adaptive.to_json() == {"relativePrecision": 0.1, "confidence": 0.9, "minRequests": 50}
     assert config.num_requests == 1000
+    # the virtual tier (predict-first's adapter, the decision-cost benchmark) runs the plan the Job's loadgen parses
+    from kneepoint.simulator.ladder_prediction import adaptive_plan_of
+
+    assert adaptive_plan_of(spec(load=load)) == config.adaptive and adaptive_plan_of(spec()) is None
 
 
 def test_bad_spec_load_adaptive_names_the_field_and_the_allowed_values():

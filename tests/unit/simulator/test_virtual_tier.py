@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
+from kneepoint.loadgen.adaptive import AdaptivePlan, min_samples_for_quantile
 from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.perf_model import prefill_work
-from kneepoint.simulator.virtual_tier import (
-    AdaptiveStop,
-    Workload,
-    min_samples_for_quantile,
-    quantile_ranks,
-    run_load_test,
-    start_engine,
-    t_quantile,
-)
+from kneepoint.simulator.virtual_tier import Workload, run_load_test, start_engine
 
 CONTRACT_A_KEYS = {
     "v",
@@ -85,31 +76,6 @@ def engine(tp: int = 1, seed: int = 1, model: str = "meta-llama/Llama-3.2-1B-Ins
 SMALL = Workload(concurrency=8, num_requests=40, input_len=64, output_len=16, warmup_requests=8, repeats=2)
 
 
-def test_t_quantile_matches_tables():
-    assert t_quantile(0.975, 9) == pytest.approx(2.262, abs=2e-3)
-    assert t_quantile(0.975, 4) == pytest.approx(2.776, abs=2e-2)
-    assert t_quantile(0.95, 30) == pytest.approx(1.697, abs=2e-3)
-
-
-def _coverage(n: int, q: float, ranks: tuple[int, int]) -> float:
-    lo, hi = ranks
-    return sum(math.comb(n, k) * q**k * (1 - q) ** (n - k) for k in range(lo, hi))
-
-
-@pytest.mark.parametrize("n,q,confidence", [(50, 0.5, 0.95), (400, 0.99, 0.95), (1000, 0.99, 0.9), (368, 0.99, 0.95)])
-def test_quantile_interval_covers_at_the_stated_confidence(n, q, confidence):
-    ranks = quantile_ranks(n, q, confidence)
-    assert ranks is not None and 1 <= ranks[0] < ranks[1] <= n
-    assert _coverage(n, q, ranks) >= confidence - 1e-9
-
-
-def test_p99_needs_hundreds_of_samples():
-    n = min_samples_for_quantile(0.99, 0.95)
-    assert quantile_ranks(n, 0.99, 0.95) is not None
-    assert quantile_ranks(n - 1, 0.99, 0.95) is None
-    assert 300 < n < 500
-
-
 def test_engine_that_does_not_fit_refuses_like_vllm():
     start = engine(model="meta-llama/Llama-3.3-70B-Instruct")
     assert not start.ok and start.exit_code == 1 and start.out_of_memory
@@ -156,15 +122,50 @@ def test_prompt_beyond_the_context_fails_each_request_with_400():
     assert s["completed"] == 0 and s["failed"] == 10 and s["errors"] == {"http_4xx": 10} and not s["ok"]
 
 
-def test_adaptive_stop_never_sends_more_than_the_fixed_plan():
+# spec.load.adaptive's defaults: what a user gets with adaptive: {enabled: true}.
+PLAN = AdaptivePlan()
+LONG = Workload(concurrency=16, num_requests=1000, input_len=64, output_len=16, warmup_requests=16, repeats=2)
+
+
+def test_adaptive_plan_stops_each_repeat_as_the_loadgen_job_does():
+    # kneepoint loadgen --adaptive: a rule per repeat of num_requests, checked every cycle of 16 completions
+    # from the P99 interval's 368 on; the requests in flight at the stop finish and count.
+    m = run_load_test(engine().settings, LONG, PLAN)
+    assert m.adaptive is not None and len(m.adaptive) == 2
+    for repeat in m.adaptive:
+        assert repeat["stoppedEarly"] is True, repeat["reason"]
+        assert repeat["requestsPlanned"] == 1000
+        stop = repeat["completedAtStop"]
+        assert stop % 16 == 0 and stop >= min_samples_for_quantile(0.99, PLAN.confidence)
+        assert stop <= repeat["requestsSent"] < stop + 16 and repeat["requestsSent"] < 1000
+        assert abs(repeat["latencyP99FromPlan"]) <= PLAN.relative_precision
+    s = m.summary
+    assert s["repeats"] == 2 and m.requests_sent == 16 + sum(r["requestsSent"] for r in m.adaptive)
+    kept = m.adaptive[s["keptRepeat"]]  # 0-based, as the summary counts it
+    assert s["adaptive"] == kept and s["completed"] == kept["requestsSent"]
+
+
+def test_adaptive_plan_never_sends_more_than_the_fixed_plan_and_changes_nothing_when_it_cannot_stop():
+    # 300 requests cannot give a 95 % P99 interval (368 samples): every repeat runs its whole plan, as without the rule.
     w = Workload(concurrency=16, num_requests=300, input_len=64, output_len=16, warmup_requests=16, repeats=2)
-    m = run_load_test(engine(noise=0.0).settings, w, AdaptiveStop())
-    info = m.adaptive
-    assert info is not None and info["cap"] == 600 and info["floor"] == min_samples_for_quantile(0.99, 0.95)
-    assert info["floor"] <= m.summary["completed"] <= 600
-    assert m.summary["repeats"] == 1
-    if info["converged"]:
-        assert info["throughputRelHalfWidth"] <= 0.05 and info["p99RelWidth"] <= 0.20
+    fixed = run_load_test(engine().settings, w)
+    adaptive = run_load_test(engine().settings, w, PLAN)
+    assert fixed.adaptive is None and "adaptive" not in fixed.summary
+    assert adaptive.adaptive is not None and [r["requestsSent"] for r in adaptive.adaptive] == [300, 300]
+    assert not any(r["stoppedEarly"] for r in adaptive.adaptive)
+    assert all(r["reason"].startswith("ran the whole plan") for r in adaptive.adaptive)
+    assert adaptive.requests_sent == fixed.requests_sent == 16 + 2 * 300
+    assert {k: v for k, v in adaptive.summary.items() if k != "adaptive"} == fixed.summary
+
+
+def test_adaptive_stop_is_deterministic_for_a_seed_and_shorter_than_the_fixed_plan():
+    a = run_load_test(engine(seed=5).settings, LONG, PLAN)
+    b = run_load_test(engine(seed=5).settings, LONG, PLAN)
+    assert a.summary == b.summary and a.adaptive == b.adaptive and a.seconds == b.seconds
+    fixed = run_load_test(engine(seed=5).settings, LONG)
+    assert a.requests_sent < fixed.requests_sent and a.seconds < fixed.seconds
+    assert a.summary["outputTokensPerSecond"] == pytest.approx(fixed.summary["outputTokensPerSecond"], rel=PLAN.relative_precision)
+    assert a.summary["latencyP99Ms"] == pytest.approx(fixed.summary["latencyP99Ms"], rel=PLAN.relative_precision)
 
 
 def test_a_request_reaches_the_engine_through_the_api_servers_intake():
