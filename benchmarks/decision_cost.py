@@ -41,7 +41,7 @@ import statistics
 import sys
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1084,6 +1084,22 @@ def _run_scenario(job: tuple[Scenario, int, LoadModel, Sequence[Variant]]) -> tu
     return out, m.cpu_seconds, m.predict_cpu_seconds
 
 
+def split_variants(text: str, names: Iterable[str]) -> list[str]:
+    """The comma-separated variant names in ``text``; a name may itself hold a comma ("ladder, 1
+    attempt"), so at each place the longest known name wins."""
+    parts = [x.strip() for x in text.split(",")]
+    known = set(names)
+    out: list[str] = []
+    i = 0
+    while i < len(parts):
+        take = next((n for n in range(len(parts) - i, 1, -1) if ", ".join(parts[i : i + n]) in known), 1)
+        name = ", ".join(parts[i : i + take])
+        if name:
+            out.append(name)
+        i += take
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {', '.join(MODELS)}")
@@ -1104,8 +1120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.variants == "all":
         variants = VARIANTS
     else:
-        wanted = [x.strip() for x in args.variants.split(",") if x.strip()]
         names = {v.name: v for v in VARIANTS}
+        wanted = split_variants(args.variants, names)
         bad = [x for x in wanted if x not in names]
         if bad:
             print(f"decision_cost: --variants: unknown {', '.join(bad)}; allowed: {', '.join(names)}", file=sys.stderr)

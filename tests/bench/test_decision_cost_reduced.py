@@ -74,3 +74,16 @@ def test_a_wrong_prediction_falls_back_to_the_full_ladder(results):
     for r in near:
         tiers = {t.name: t.phase for t in r.variants["predict first"].status.tiers}
         assert tiers["tp1-pp1"] == tiers["tp2-pp1"] == "Measured", tiers
+
+
+def test_variant_names_with_a_comma_can_be_chosen() -> None:
+    # "ladder, 1 attempt" holds the list's own separator: the longest known name wins at each place.
+    dc = _benchmark()
+    names = [v.name for v in dc.VARIANTS]
+    assert dc.split_variants("all levers,ladder, 1 attempt,ladder, skip KV-short tiers", names) == [
+        "all levers",
+        "ladder, 1 attempt",
+        "ladder, skip KV-short tiers",
+    ]
+    assert dc.split_variants("ladder,predict first", names) == ["ladder", "predict first"]
+    assert dc.split_variants("nonsense,ladder", names) == ["nonsense", "ladder"]
