@@ -740,13 +740,12 @@ def run_ladder(
     """Drive reconcile_step against a virtual cluster until the experiment is Decided or Failed (and return
     the final status's tiers in ``RunResult.status``)."""
     spec = spec or scenario.spec()
+    load = spec.load
     if variant.max_attempts is not None:
-        spec = dataclasses.replace(spec, load=dataclasses.replace(spec.load, max_attempts=variant.max_attempts))
-    spec = dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, predict_first=variant.predict_first))
+        load = dataclasses.replace(load, max_attempts=variant.max_attempts)
     if variant.adaptive:
-        spec = dataclasses.replace(
-            spec, load=dataclasses.replace(spec.load, adaptive=dataclasses.replace(spec.load.adaptive, enabled=True))
-        )
+        load = dataclasses.replace(load, adaptive=dataclasses.replace(load.adaptive, enabled=True))
+    spec = dataclasses.replace(spec, load=load, plan=dataclasses.replace(spec.plan, predict_first=variant.predict_first))
     ladder_spec = spec if variant.early_stop else dataclasses.replace(spec, stop_rules=NEVER_STOP)
     stream = f"{variant.stream}/{seed}"
     cluster = VirtualCluster(scenario, spec, measurements, stream, load_model)
@@ -1056,8 +1055,8 @@ def adaptive_lines(results: Sequence[ScenarioSeed], variants: Sequence[Variant] 
             continue
         runs = [r.variants[adaptive] for r in results]
         bases = [r.reference if fixed == REFERENCE.name else r.variants[fixed] for r in results]
-        test = sum(c.tier.gpus * c.test_seconds / 60.0 for x in runs for c in x.costs)
-        base_test = sum(c.tier.gpus * c.test_seconds / 60.0 for x in bases for c in x.costs)
+        test = sum(x.gpu_minutes - x.load_gpu_minutes for x in runs)
+        base_test = sum(x.gpu_minutes - x.load_gpu_minutes for x in bases)
         sent = sum(c.requests_sent for x in runs for c in x.costs)
         base_sent = sum(c.requests_sent for x in bases for c in x.costs)
         out.append(

@@ -11,6 +11,7 @@ one worker among them) wait longer for the interpreter lock the busier its main 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import re
@@ -18,28 +19,28 @@ import statistics
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
 SPLIT = "1b-tp1-r15-ttft-split.json.gz"
 SAMPLES = "1b-tp1-r15-host-samples.jsonl.gz"
 
 
-def _split() -> dict:
-    with gzip.open(DATA / SPLIT, "rt") as f:
+@functools.cache
+def _archive(name: str) -> dict:
+    """One run's archive (read once per test session: the tests share them)."""
+    with gzip.open(DATA / name, "rt") as f:
         return json.load(f)
+
+
+def _split() -> dict:
+    return _archive(SPLIT)
 
 
 def _hist(text: str, name: str) -> tuple[float, float]:
     """(count, sum) of one vLLM histogram in a /metrics text."""
-    count = total = 0.0
-    for line in text.splitlines():
-        m = re.match(rf"vllm:{name}_(sum|count)\{{[^}}]*\}} ([0-9.e+-]+)", line)
-        if m:
-            if m.group(1) == "sum":
-                total = float(m.group(2))
-            else:
-                count = float(m.group(2))
-    return count, total
+    samples = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    return samples.get(f"vllm:{name}_count", 0.0), samples.get(f"vllm:{name}_sum", 0.0)
 
 
 def _mean_ms(load: dict, name: str) -> float:
@@ -125,8 +126,7 @@ def test_the_api_servers_main_thread_costs_per_step_and_per_streamed_token() -> 
 
 
 def _run16() -> dict:
-    with gzip.open(DATA / "1b-tp1-r16-gil.json.gz", "rt") as f:
-        return json.load(f)
+    return _archive("1b-tp1-r16-gil.json.gz")
 
 
 def test_the_api_servers_other_threads_wait_for_the_interpreter_lock_as_the_main_thread_fills() -> None:
@@ -170,8 +170,7 @@ def test_the_tokenizer_is_not_what_delays_the_first_token() -> None:
     # token-id prompts (vLLM then skips its tokenizer). The first token came as late either way (c8,
     # c32 twice, c128: client TTFT P50 within 7 %), and the time before the engine was the same
     # (within 10 % at c8-c32), so the tokenizer's thread is not what holds a wave back.
-    with gzip.open(DATA / "1b-tp1-r17-ids-vs-text.json.gz", "rt") as f:
-        loads = json.load(f)["loads"]
+    loads = _archive("1b-tp1-r17-ids-vs-text.json.gz")["loads"]
     for text, ids in (("c8-text", "c8-ids"), ("c32-text-a", "c32-ids-a"), ("c32-text-b", "c32-ids-b"), ("c128-text", "c128-ids")):
         t, i = loads[text]["capture"]["summary"], loads[ids]["capture"]["summary"]
         assert i["ttftP50Ms"] == pytest.approx(t["ttftP50Ms"], rel=0.07), (text, t["ttftP50Ms"], i["ttftP50Ms"])
