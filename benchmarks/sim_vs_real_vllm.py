@@ -56,9 +56,14 @@ MODELS: dict[str, tuple[str, dict, int]] = {
     ),
     "70b-fp8-tp1": ("large-model.yaml", {"dtype": "fp8"}, 64),
     "8b-fp8-tp1": ("experiment.yaml", {"dtype": "fp8"}, CAPTURE_MAX_NUM_SEQS),
+    "14b-tp1": (
+        "experiment.yaml",
+        {"uri": "hf://Qwen/Qwen2.5-14B-Instruct", "architecture": {"preset": "qwen2.5-14b"}},
+        CAPTURE_MAX_NUM_SEQS,
+    ),
 }
 """Real vLLM captures by model (tests/data/vllm/README.md: runs 1-4 the 8B, run 5 the 1B and 70B fp8 shapes,
-run 12 the 8B with online fp8)."""
+run 12 the 8B with online fp8, run 18 Qwen2.5-14B's shape, an architecture none of the fits saw)."""
 
 
 @functools.cache
@@ -193,13 +198,24 @@ def real_spread(caps: dict[str, dict]) -> dict[str, dict[str, tuple[float, float
 
 def step_table() -> tuple[list[str], float]:
     from kneepoint.simulator.calibration import load_calibration
-    from kneepoint.simulator.calibration_vllm import comparison_rows, llama70b_fp8_h200_tp1, load_compositions, load_fp8_compositions
+    from kneepoint.simulator.calibration_vllm import (
+        comparison_rows,
+        llama70b_fp8_h200_tp1,
+        load_compositions,
+        load_fp8_compositions,
+        load_held_out_14b_compositions,
+        qwen14b_h200_tp1,
+    )
 
     cal = load_calibration()
     rows = comparison_rows(load_compositions(DATA), cal)
     rows += [
         {**r, "composition": f"70B fp8: {r['composition']}"}
         for r in comparison_rows(load_fp8_compositions(DATA), cal, llama70b_fp8_h200_tp1(cal))
+    ]
+    rows += [
+        {**r, "composition": f"14B (held out): {r['composition']}"}
+        for r in comparison_rows(load_held_out_14b_compositions(DATA), cal, qwen14b_h200_tp1(cal))
     ]
     lines = ["| step composition | steps traced | real vLLM ms | simulator ms | error |", "|---|---|---|---|---|"]
     for r in rows:

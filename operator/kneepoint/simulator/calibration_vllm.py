@@ -77,6 +77,8 @@ STEP_FILES = (
     ("8b-tp1-steps-c128.txt", "all"),
 )
 FP8_STEP_FILES = (("70b-fp8-tp1-steps-r10-c1.txt", "all"), ("70b-fp8-tp1-steps-r10-c16a.txt", "all"))
+HELD_OUT_14B_STEP_FILES = tuple((f"14b-tp1-steps-r18b-{n}.txt", "all") for n in ("c8p", "c32p", "c128p"))
+"""Run 18b's traces of Qwen2.5-14B's shape in bf16 on one H200 (the operator's flags): held out, no fit reads them."""
 """Run 10's traces of Llama-3.1-70B with online fp8 on one H200 (the large-model example's flags,
 ``--max-num-seqs 64``): a lone 1,024-token prefill, decode at 1 and 16, and whole 8,192-token
 prefill steps."""
@@ -189,6 +191,16 @@ def load_fp8_compositions(data_dir: Path) -> list[StepComposition]:
     to the first token unprofiled); a step with a few prompt tokens beside the decodes is not a CUDA
     graph and takes the 80 layers' launch time (31 ms traced against a 21 ms decode step)."""
     return load_compositions(data_dir, FP8_STEP_FILES, bound_tokens=PROMPT)
+
+
+def load_held_out_14b_compositions(data_dir: Path) -> list[StepComposition]:
+    """Run 18b's step tables of the 14B (its first, profiler-inflated lone prefill left unfitted as the 8B's)."""
+    return load_compositions(data_dir, HELD_OUT_14B_STEP_FILES)
+
+
+def qwen14b_h200_tp1(cal: Calibration) -> PerfModel:
+    """The perf model of run 18's engine: Qwen2.5-14B's shape, bf16, one H200, as ``kneepoint sim`` sizes it."""
+    return h200_model(cal, "qwen2.5-14b")
 
 
 def _kept_repeat(doc: dict[str, Any]) -> dict[str, Any]:

@@ -131,3 +131,33 @@ def test_the_reader_passes_the_pool_from_the_query_result_into_the_window():
     reader._query = lambda expr, at: [] if promql.CACHE_CONFIG_INFO in expr else [{"metric": {}, "value": [at, "1"]}]  # type: ignore[method-assign]
     window = asyncio.run(reader.window("team-a", "exp-tp1-pp1", 1000.0, 1100.0))
     assert window.kv_cache_pool_tokens is None and promql.CACHE_CONFIG_INFO not in window.missing
+
+
+def test_the_estimator_against_vllm_on_a_held_out_architecture():
+    # Run 18: Qwen2.5-14B's shape (Qwen2: 48 layers, 8 KV heads of 128, biased QKV, 152,064-token vocabulary),
+    # bf16 on one H200 with the operator's flags; none of the estimator was fitted to it.
+    log = (DATA / "14b-tp1-serve-run18-cold.log").read_text(encoding="utf-8")
+    weights = float(re.search(r"Model loading took ([\d.]+) GiB", log).group(1))
+    pool = float(re.search(r"Available KV cache memory: ([\d.]+) GiB", log).group(1))
+    tokens = int(re.search(r"GPU KV cache size: ([\d,]+) tokens", log).group(1).replace(",", ""))
+    assert (weights, pool, tokens) == (27.57, 96.13, 524_960)
+    [sample] = next(
+        f
+        for f in text_string_to_metric_families((DATA / "14b-tp1-cache-config-info.txt").read_text())
+        if f.name == promql.CACHE_CONFIG_INFO
+    ).samples
+    assert promql.pool_tokens(dict(sample.labels)) == tokens
+    est = estimate_memory(
+        get_preset("qwen2.5-14b"),
+        get_gpu_type("h200"),
+        Tier(1, 1),
+        max_model_len=4096,
+        concurrency=32,
+        context_len=1280,
+        gpu_memory_utilization=0.9,
+    )
+    assert est.weights_bytes_per_gpu / GIB == pytest.approx(weights, rel=0.005)  # 27.51
+    assert est.kv_pool_bytes_per_gpu / GIB == pytest.approx(pool, rel=0.01)  # 95.65
+    assert est.kv_bytes_per_token_per_gpu == 48 * 8 * 128 * 2 * 2
+    # Whole blocks of 16 tokens: the pool's tokens take 96.123 GiB of the 96.13 vLLM logged.
+    assert est.pool_bytes_for_tokens(tokens) / GIB == pytest.approx(pool, abs=0.01)
