@@ -57,7 +57,7 @@ def main() -> int:
     # The 1B's captures are left out: CPU-bound on the device's host (docs/simulator.md, "Other model sizes"),
     # such a model stops at TP1 by memory before any throughput comparison.
     for label, models, band in (
-        ("bf16", ("8b-tp1",), lp.TP1_THROUGHPUT_BAND),
+        ("bf16", ("8b-tp1", "14b-tp1"), lp.TP1_THROUGHPUT_BAND),
         ("online fp8", ("8b-fp8-tp1", "70b-fp8-tp1"), lp.FP8_TP1_THROUGHPUT_BAND),
     ):
         rows = errors(models)

@@ -38,8 +38,9 @@ def test_the_shipped_bands_cover_every_real_vllm_capture() -> None:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    rows = module.errors()
-    assert len(rows) >= 10
+    # bf16: the 8B and the held-out 14B (run 18, Qwen2.5-14B's shape, fitted to nothing: its c1 is the largest, +2.9 %).
+    rows = module.errors(("8b-tp1", "14b-tp1"))
+    assert len(rows) >= 40 and {r[0].split("-r")[0] for r in rows} >= {"c1", "14b"}
     assert max(abs(r[2]) for r in rows) <= lp.TP1_THROUGHPUT_BAND
     assert max(abs(r[4]) for r in rows) <= lp.TP1_P99_BAND
     # Engines with online fp8: the 8B (run 12b, held out from every fit) and the 70B.
@@ -52,9 +53,9 @@ def test_the_shipped_bands_cover_every_real_vllm_capture() -> None:
 
 
 def test_bands_grow_with_tp_and_over_pcie() -> None:
-    assert lp.bands(Tier(1), "nvlink") == (0.025, 0.36, 0.0)
+    assert lp.bands(Tier(1), "nvlink") == (0.03, 0.36, 0.0)
     t, p, s = lp.bands(Tier(4), "nvlink")
-    assert (round(t, 3), round(p, 3), s) == (0.165, 0.5, 0.14)
+    assert (round(t, 3), round(p, 3), s) == (0.17, 0.5, 0.14)
     assert lp.bands(Tier(4), "pcie")[2] == 0.322
     assert lp.bands(Tier(1), "nvlink", fp8=True) == (0.10, 0.36, 0.0)
     assert round(lp.bands(Tier(2), "nvlink", fp8=True)[0], 3) == 0.24
