@@ -27,8 +27,8 @@ from kneepoint.metrics.prometheus_reader import PrometheusReader
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
 
 
-def real_cache_config_labels() -> dict[str, str]:
-    text = (DATA / "8b-tp1-metrics-after-load.txt").read_text(encoding="utf-8")
+def real_cache_config_labels(capture: str = "8b-tp1-metrics-after-load.txt") -> dict[str, str]:
+    text = (DATA / capture).read_text(encoding="utf-8")
     for family in text_string_to_metric_families(text):
         if family.name == promql.CACHE_CONFIG_INFO:
             [sample] = family.samples
@@ -36,9 +36,9 @@ def real_cache_config_labels() -> dict[str, str]:
     raise AssertionError("no vllm:cache_config_info in the capture")
 
 
-def real_log_figures() -> tuple[float, float, int]:
+def real_log_figures(capture: str = "8b-tp1-serve.log") -> tuple[float, float, int]:
     """(weights GiB, KV pool GiB, pool tokens) as vLLM logged them at start-up."""
-    log = (DATA / "8b-tp1-serve.log").read_text(encoding="utf-8")
+    log = (DATA / capture).read_text(encoding="utf-8")
     weights = float(re.search(r"Model loading took ([\d.]+) GiB", log).group(1))
     pool = float(re.search(r"Available KV cache memory: ([\d.]+) GiB", log).group(1))
     tokens = int(re.search(r"GPU KV cache size: ([\d,]+) tokens", log).group(1).replace(",", ""))
@@ -136,17 +136,9 @@ def test_the_reader_passes_the_pool_from_the_query_result_into_the_window():
 def test_the_estimator_against_vllm_on_a_held_out_architecture():
     # Run 18: Qwen2.5-14B's shape (Qwen2: 48 layers, 8 KV heads of 128, biased QKV, 152,064-token vocabulary),
     # bf16 on one H200 with the operator's flags; none of the estimator was fitted to it.
-    log = (DATA / "14b-tp1-serve-run18-cold.log").read_text(encoding="utf-8")
-    weights = float(re.search(r"Model loading took ([\d.]+) GiB", log).group(1))
-    pool = float(re.search(r"Available KV cache memory: ([\d.]+) GiB", log).group(1))
-    tokens = int(re.search(r"GPU KV cache size: ([\d,]+) tokens", log).group(1).replace(",", ""))
+    weights, pool, tokens = real_log_figures("14b-tp1-serve-run18-cold.log")
     assert (weights, pool, tokens) == (27.57, 96.13, 524_960)
-    [sample] = next(
-        f
-        for f in text_string_to_metric_families((DATA / "14b-tp1-cache-config-info.txt").read_text())
-        if f.name == promql.CACHE_CONFIG_INFO
-    ).samples
-    assert promql.pool_tokens(dict(sample.labels)) == tokens
+    assert promql.pool_tokens(real_cache_config_labels("14b-tp1-cache-config-info.txt")) == tokens
     est = estimate_memory(
         get_preset("qwen2.5-14b"),
         get_gpu_type("h200"),

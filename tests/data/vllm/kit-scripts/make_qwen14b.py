@@ -1,4 +1,4 @@
-# The Qwen2.5-14B-shaped model folder and its tokenizer folder (run 18, kit-scripts/exp-14b.sh does the same inline).
+# The Qwen2.5-14B-shaped model folder and its tokenizer folder (runs 18 and 18b).
 import json, os, shutil
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders, AddedToken
 src, dst = "/tmp/k/models/llama-3-8b", "/tmp/k/models/qwen2.5-14b"
