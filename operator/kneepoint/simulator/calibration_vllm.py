@@ -77,11 +77,11 @@ STEP_FILES = (
     ("8b-tp1-steps-c128.txt", "all"),
 )
 FP8_STEP_FILES = (("70b-fp8-tp1-steps-r10-c1.txt", "all"), ("70b-fp8-tp1-steps-r10-c16a.txt", "all"))
-HELD_OUT_14B_STEP_FILES = tuple((f"14b-tp1-steps-r18b-{n}.txt", "all") for n in ("c8p", "c32p", "c128p"))
-"""Run 18b's traces of Qwen2.5-14B's shape in bf16 on one H200 (the operator's flags): held out, no fit reads them."""
 """Run 10's traces of Llama-3.1-70B with online fp8 on one H200 (the large-model example's flags,
 ``--max-num-seqs 64``): a lone 1,024-token prefill, decode at 1 and 16, and whole 8,192-token
 prefill steps."""
+HELD_OUT_14B_STEP_FILES = tuple((f"14b-tp1-steps-r18b-{n}.txt", "all") for n in ("c8p", "c32p", "c128p"))
+"""Run 18b's traces of Qwen2.5-14B's shape in bf16 on one H200 (the operator's flags): held out, no fit reads them."""
 FP8_TTFT_FILES = ("70b-fp8-tp1-loadgen-c1.json", "70b-fp8-tp1-loadgen-r6-c1b.json", "70b-fp8-tp1-loadgen-r10-c1.json")
 FP8_PRESET, FP8_MAX_NUM_SEQS = "llama-3-70b", 64
 MAX_NUM_SEQS = 128  # run 1's engine (the first trace's was 32: its steps fit either graph list alike)

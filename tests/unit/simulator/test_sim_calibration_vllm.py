@@ -221,7 +221,7 @@ def test_a_held_out_architectures_steps_run_18b() -> None:
     # unprofiled load's whole TPOT at c8 (9.49 ms, run 18): the simulator's TPOT there is 3 % under.
     model = qwen14b_h200_tp1(CAL)
     comps = {c.label: c for c in load_held_out_14b_compositions(DATA) if c.fitted}
-    big = [c for label, c in comps.items() if c.prefill_tokens >= 8000]
+    big = [c for c in comps.values() if c.prefill_tokens >= 8000]
     assert len(big) >= 14
     for comp in [*big, comps["decode 32"]]:
         assert model.gpu_step_time(comp.work()).seconds * 1e3 == pytest.approx(comp.median_ms, rel=0.05), comp.label
