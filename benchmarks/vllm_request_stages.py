@@ -1,0 +1,256 @@
+"""Where real vLLM's time to first token goes, request by request (runs 19 and 20), beside the simulator's model.
+
+Runs 19 (the 1B) and 20 (the 8B) stamped every request inside real vLLM 0.24 on an H200, with the operator's
+flags (`tests/data/vllm/kit-scripts/stage_trace/sitecustomize.py`; tests/data/vllm/README.md, "Run 19"): in the
+API server when the handler starts, when the prompt is rendered (tokenized), when it is handed to the EngineCore;
+in the EngineCore when its input thread gets the request, when the busy loop takes it, when it is scheduled and
+when its first token comes out of a step; back in the API server when that output arrives. The client's own
+send and first-token times (same clock) close the chain. This prints, per load:
+
+1. the stages' medians (and P90s with --p90): the time to first token split into the API server's intake, the
+   wait for the engine's next step boundary, the queue, the step(s) to the first token and the output path;
+2. the EngineCore's step launches: the time from one step's scheduling to the next's, by the step's CUDA-graph
+   mode (vLLM 0.24: a decode-only step replays a full graph; a step with a prefill up to
+   `max_cudagraph_capture_size` tokens, 256 at the operator's flags, replays piecewise graphs with attention
+   outside them; a larger step has no graph), which with asynchronous scheduling is vLLM's CPU time for the step
+   whenever the GPU's part is shorter, beside the simulator's CPU floor for the same step;
+3. the API server at a closed loop's wave boundary: how long the first request of a wave waits to be rendered,
+   and how far apart the next ones are.
+
+    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|all] [--p90]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gzip
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "vllm"
+RUNS = {"1b": ("1b-tp1-r19-stages.json.gz", "1b-tp1", "run 19"), "8b": ("8b-tp1-r20-stages.json.gz", "8b-tp1", "run 20")}
+GRAPH_MAX_TOKENS = 256  # max_cudagraph_capture_size at the operator's --max-num-seqs 128 (the serve logs print it)
+
+# (name, from stamp, to stamp, what the span is)
+STAGES = (
+    ("http", "start", "http", "client send -> the completions handler starts (HTTP, parsing, validation)"),
+    ("render", "http", "rendered", "-> the prompt rendered (the renderer's one worker thread: tokenizing)"),
+    ("handover", "rendered", "send", "-> ready to send to the EngineCore (input processing)"),
+    ("core input", "send", "core_in", "-> the EngineCore's input thread has decoded it (the ZMQ send, msgpack)"),
+    ("step boundary", "core_in", "core_add", "-> the busy loop takes it (between two steps)"),
+    ("queue", "core_add", "sched", "-> scheduled"),
+    ("to first token", "sched", "update", "-> its first token comes out of a step"),
+    ("output", "update", "first", "-> the client has it (the API server's output path, the stream)"),
+    ("TTFT", "start", "first", "client send -> first token at the client"),
+)
+INTAKE = ("start", "sched")  # the simulator's intake spans the client's send to the engine's admission
+
+
+@functools.cache
+def load(run: str) -> dict[str, Any]:
+    """One run's archive (`kit-scripts/pack_stages.py`)."""
+    with gzip.open(DATA / RUNS[run][0], "rt") as f:
+        return dict(json.load(f))
+
+
+def _header_id(request_id: str) -> str:
+    """The client's X-Request-Id in vLLM's ids: ``cmpl-<id>-0`` outside the engine, ``cmpl-<id>-0-<8 random>`` inside."""
+    rid = request_id[len("cmpl-") :]
+    parts = rid.split("-")
+    if len(parts[-1]) == 8 and parts[-2] == "0":
+        parts = parts[:-1]
+    return "-".join(parts[:-1])
+
+
+def requests(run: str, label: str) -> list[dict[str, float]]:
+    """Every measured request of one load with its stamps (wall-clock seconds), in send order."""
+    doc = load(run)
+    stamps: dict[str, dict[str, float]] = {}
+    for _who, kind, wall, _mono, *rest in doc["stamps"]:
+        if kind in ("http", "rendered") and rest[0]:
+            stamps.setdefault(rest[0], {}).setdefault(kind, wall)
+        elif kind in ("send", "sent", "core_in", "core_add"):
+            stamps.setdefault(_header_id(rest[0]), {}).setdefault(kind, wall)
+        elif kind == "sched":
+            for rid in rest[2]:
+                stamps.setdefault(_header_id(rid), {}).setdefault("sched", wall)
+        elif kind == "update":
+            for rid in rest[0]:
+                stamps.setdefault(_header_id(rid), {}).setdefault("update", wall)
+    out = []
+    for c in doc["clients"][label]["requests"]:
+        row = dict(stamps.get(c["id"], {}))
+        row.update(start=c["start"], end=c["end"])
+        if c["first"] is not None:
+            row["first"] = c["first"]
+        out.append(row)
+    return sorted(out, key=lambda r: r["start"])
+
+
+def span_ms(rows: list[dict[str, float]], a: str, b: str) -> list[float]:
+    return sorted((r[b] - r[a]) * 1e3 for r in rows if a in r and b in r)
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def p90(xs: list[float]) -> float:
+    return xs[min(len(xs) - 1, int(0.9 * len(xs)))] if xs else float("nan")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One EngineCore step: when it was scheduled, what it held, and how long until the next was scheduled."""
+
+    at: float
+    tokens: int
+    seqs: int
+    new: int
+    interval_ms: float
+
+    @property
+    def mode(self) -> str:
+        if self.tokens == self.seqs:
+            return "full graph (decode only)"
+        return "piecewise graph" if self.tokens <= GRAPH_MAX_TOKENS else "no graph"
+
+
+def launches(run: str, label: str) -> list[Launch]:
+    """The steps scheduled while one load ran (the last one has no interval and is left out)."""
+    doc = load(run)
+    rows = requests(run, label)
+    lo, hi = min(r["start"] for r in rows), max(r["end"] for r in rows)
+    sched = [s for s in doc["stamps"] if s[1] == "sched" and lo <= s[2] <= hi]
+    out = []
+    for s, nxt in zip(sched, sched[1:], strict=False):
+        tokens, seqs, new = s[4], s[5], len(s[6])
+        if tokens:
+            out.append(Launch(s[2], tokens, seqs, new, (nxt[2] - s[2]) * 1e3))
+    return out
+
+
+def waves(rows: list[dict[str, float]], gap_ms: float = 100.0) -> list[list[dict[str, float]]]:
+    """A closed loop's requests grouped by their sends: a new wave after a pause of more than ``gap_ms``."""
+    out: list[list[dict[str, float]]] = []
+    for r in rows:
+        if not out or (r["start"] - out[-1][-1]["start"]) * 1e3 > gap_ms:
+            out.append([])
+        out[-1].append(r)
+    return out
+
+
+def wave_renders(rows: list[dict[str, float]]) -> tuple[list[float], list[float]]:
+    """(first request's wait from the handler to its rendered prompt, per wave of at least 8; the gaps between
+    consecutive renders within those waves), in ms."""
+    first, gaps = [], []
+    for w in waves(rows):
+        if len(w) < 8 or not all("rendered" in r and "http" in r for r in w):
+            continue
+        first.append((w[0]["rendered"] - w[0]["http"]) * 1e3)
+        rendered = sorted(r["rendered"] for r in w)
+        gaps += [(b - a) * 1e3 for a, b in zip(rendered, rendered[1:], strict=False)]
+    return first, gaps
+
+
+def _model(run: str):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from sim_vs_real_vllm import MODELS, engine_args
+
+    from kneepoint.simulator.intake import Intake
+    from kneepoint.simulator.virtual_tier import start_engine
+
+    name = RUNS[run][1]
+    settings = start_engine([*engine_args(MODELS[name][2], name), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
+    assert settings is not None
+    return settings.perf, Intake.of(settings.perf.calibration.serving)
+
+
+def model_step_ms(run: str, launch: Launch) -> tuple[float, float]:
+    """The simulator's (CPU floor, GPU + host time) for a step like ``launch``: its decodes at about 1,100
+    tokens of context, its new requests' prompts prefilled in it."""
+    from kneepoint.simulator.perf_model import StepWork
+
+    perf, _ = _model(run)
+    decodes = launch.seqs - launch.new
+    prefill = max(0, launch.tokens - decodes)
+    each = prefill / max(1, launch.new)
+    work = StepWork(
+        decode_seqs=decodes,
+        decode_context_tokens=decodes * 1100,
+        prefill_tokens=prefill,
+        prefill_attention_pairs=launch.new * each * (each + 1) / 2,
+        prefill_seqs=launch.new,
+        sampled_seqs=launch.seqs,
+    )
+    return float(perf.cpu_floor_seconds(work)) * 1e3, float(perf.gpu_step_time(work).seconds + perf.host_seconds(work)) * 1e3
+
+
+def model_lone_intake_ms(run: str, prompt_tokens: int) -> float:
+    _, intake = _model(run)
+    return float(intake.lone_seconds(prompt_tokens)) * 1e3
+
+
+LOAD_PROMPTS = {"c1-p128": 128, "c1-p2048": 2048, "c32-p128": 128}  # the rest: 1,024-token prompts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", choices=[*RUNS, "all"], default="all")
+    parser.add_argument("--p90", action="store_true", help="P90s beside the medians")
+    args = parser.parse_args(argv)
+    for run in RUNS if args.run == "all" else [args.run]:
+        doc = load(run)
+        labels = sorted(
+            (k for k in doc["clients"] if k != "warm" and not k.startswith("off-")),
+            key=lambda k: min(r["start"] for r in doc["clients"][k]["requests"]),
+        )
+        print(f"\n## {RUNS[run][2]}: the {run.upper()} ({RUNS[run][0]})\n")
+        print("Stages, medians in ms" + (" (P90)" if args.p90 else "") + ":\n")
+        print("| load | " + " | ".join(s[0] for s in STAGES) + " | intake (send -> scheduled) | model's lone intake |")
+        print("|---|" + "---|" * (len(STAGES) + 2))
+        for label in labels:
+            rows = requests(run, label)
+            cells = []
+            for _name, a, b, _what in STAGES:
+                xs = span_ms(rows, a, b)
+                cells.append(f"{median(xs):.1f}" + (f" ({p90(xs):.1f})" if args.p90 else "") if xs else "-")
+            intake = span_ms(rows, *INTAKE)
+            lone = model_lone_intake_ms(run, LOAD_PROMPTS.get(label, 1024) + 1)
+            print(f"| {label} (n={len(rows)}) | " + " | ".join(cells) + f" | {median(intake):.1f} | {lone:.1f} |")
+        print("\nStep launches (scheduled -> next scheduled), medians in ms, beside the simulator's CPU floor:\n")
+        print("| load | mode | tokens | steps | real | model's CPU floor | model's GPU + host |")
+        print("|---|---|---|---|---|---|---|")
+        for label in labels:
+            groups: dict[tuple[str, int], list[Launch]] = {}
+            for launch in launches(run, label):
+                size = (
+                    launch.seqs
+                    if launch.tokens == launch.seqs
+                    else (-(-launch.tokens // 1024) * 1024 if launch.tokens > 1024 else launch.tokens)
+                )
+                groups.setdefault((launch.mode, size), []).append(launch)
+            for (mode, size), ls in sorted(groups.items()):
+                if len(ls) < (20 if mode.startswith("full") else 3):
+                    continue
+                mid = sorted(ls, key=lambda x: x.interval_ms)[len(ls) // 2]
+                cpu, gpu = model_step_ms(run, mid)
+                what = f"{size} seqs" if mode.startswith("full") else f"<= {size}"
+                print(f"| {label} | {mode} | {what} | {len(ls)} | {median([x.interval_ms for x in ls]):.2f} | {cpu:.2f} | {gpu:.2f} |")
+        print("\nThe API server at a wave boundary (waves of 8 or more requests), ms:\n")
+        print("| load | waves | first request: handler -> rendered, median (max) | next renders apart, median |")
+        print("|---|---|---|---|")
+        for label in labels:
+            first, gaps = wave_renders(requests(run, label))
+            if first:
+                print(f"| {label} | {len(first)} | {median(first):.1f} ({max(first):.1f}) | {median(gaps):.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
