@@ -7,12 +7,16 @@
 # while $R/st/on exists: c32 runs before and after with them off measure what the stamps cost.
 # Run 19: the 1B with the operator's flags (engine-args-1b.txt), prompts of 1,024 tokens, 256 out, as runs 15-17.
 # Run 20 (`exp-stages.sh 8b`): the same loads on the 8B (engine-args-realfit.txt), whose steps are the GPU's.
+# Run 21 (`exp-stages.sh 14b`): the same on Qwen2.5-14B's shape (engine-args-14b.txt, run 18's tokenizer folder):
+# its decode steps unprofiled, where run 18b's trace at 8 sequences ran above the load's whole TPOT.
 set -u
 M=${1:-1b}
 S=$(cd "$(dirname "$0")" && pwd)
 K=$PWD/.device-kit/scripts
 . /tmp/k/device-setup.sh 2>/dev/null || . $K/device-setup.sh
+EXTRA=""
 if [ $M = 8b ]; then RUN=r20 ARGS=engine-args-realfit.txt SEED=2000; export KP_MODEL_NAME=Llama-3.1-8B-Instruct
+elif [ $M = 14b ]; then RUN=r21 ARGS=engine-args-14b.txt SEED=2100 EXTRA="--tokenizer /tmp/k/models/tok-qwen-152k"; export KP_MODEL_NAME=Qwen2.5-14B-Instruct
 else RUN=r19 ARGS=engine-args-1b.txt SEED=1900; export KP_MODEL_NAME=Llama-3.2-1B-Instruct; fi
 R=/tmp/$RUN; mkdir -p $R/st; t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
@@ -22,6 +26,7 @@ echo "checkout $(git rev-parse HEAD 2>/dev/null)" > $R/source.txt
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $R/gpu.txt 2>&1
 lscpu > $R/lscpu.txt 2>&1
 pack() { tar czf $OUT/stages-results.tgz -C /tmp $RUN; }
+[ $M = 14b ] && python3 $S/make_qwen14b.py
 [ $M = 1b ] && python3 - <<'PY'
 import json, shutil
 src, dst = "/tmp/k/models/llama-3-8b", "/tmp/k/models/llama-3.2-1b"
@@ -32,7 +37,7 @@ c.update(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_k
 c["rope_scaling"]["factor"] = 32.0
 json.dump(c, open(f"{dst}/config.json", "w"), indent=1)
 PY
-KP_STAGE_DIR=$R/st PYTHONPATH=$S/stage_trace:$PYTHONPATH python3 -m vllm.entrypoints.cli.main serve $(cat $S/$ARGS) --load-format dummy > $R/serve-$M.log 2>&1 & srv=$!
+KP_STAGE_DIR=$R/st PYTHONPATH=$S/stage_trace:$PYTHONPATH python3 -m vllm.entrypoints.cli.main serve $(cat $S/$ARGS) --load-format dummy $EXTRA > $R/serve-$M.log 2>&1 & srv=$!
 up=0; for i in $(seq 1 240); do curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && { up=1; break; }; kill -0 $srv 2>/dev/null || break; sleep 1; done
 T "$M up=$up"; pack
 [ $up = 1 ] || exit 0
@@ -42,7 +47,7 @@ CL warm 1 1 2 0 1024 16 $((SEED + 0))
 CL off-c32-a 1 32 160 32 1024 256 $((SEED + 1))
 touch $R/st/on; sleep 0.5
 CL c1 1 1 12 1 1024 256 $((SEED + 2))
-if [ $M = 8b ]; then  # run 20 only: lone prompts of other lengths (a step in a CUDA graph; one twice as large)
+if [ $M != 1b ]; then  # runs 20-21: lone prompts of other lengths (a step in a CUDA graph; one twice as large)
   CL c1-p128 1 1 8 1 128 64 $((SEED + 10))
   CL c1-p2048 1 1 8 1 2048 128 $((SEED + 11))
 fi
