@@ -1,9 +1,9 @@
-"""Where real vLLM's time to first token goes, request by request (runs 19 and 20), beside the simulator's model.
+"""Where real vLLM's time to first token goes, request by request (runs 19-21), beside the simulator's model.
 
-Runs 19 (the 1B) and 20 (the 8B) stamped every request inside real vLLM 0.24 on an H200, with the operator's
-flags (`tests/data/vllm/kit-scripts/stage_trace/sitecustomize.py`; tests/data/vllm/README.md, "Run 19"): in the
-API server when the handler starts, when the prompt is rendered (tokenized), when it is handed to the EngineCore;
-in the EngineCore when its input thread gets the request, when the busy loop takes it, when it is scheduled and
+Runs 19 (the 1B), 20 (the 8B) and 21 (the held-out 14B) stamped every request inside real vLLM 0.24 on an
+H200, with the operator's flags (`tests/data/vllm/kit-scripts/stage_trace/sitecustomize.py`;
+tests/data/vllm/README.md, "Runs 19-21"): in the API server when the handler starts, when the prompt is
+rendered (tokenized), when it is handed to the EngineCore; in the EngineCore when its input thread gets the request, when the busy loop takes it, when it is scheduled and
 when its first token comes out of a step; back in the API server when that output arrives. The client's own
 send and first-token times (same clock) close the chain. This prints, per load:
 
@@ -17,7 +17,7 @@ send and first-token times (same clock) close the chain. This prints, per load:
 3. the API server at a closed loop's wave boundary: how long the first request of a wave waits to be rendered,
    and how far apart the next ones are.
 
-    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|all] [--p90]
+    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|all] [--p90]
 """
 
 from __future__ import annotations
@@ -33,7 +33,11 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "vllm"
-RUNS = {"1b": ("1b-tp1-r19-stages.json.gz", "1b-tp1", "run 19"), "8b": ("8b-tp1-r20-stages.json.gz", "8b-tp1", "run 20")}
+RUNS = {
+    "1b": ("1b-tp1-r19-stages.json.gz", "1b-tp1", "run 19"),
+    "8b": ("8b-tp1-r20-stages.json.gz", "8b-tp1", "run 20"),
+    "14b": ("14b-tp1-r21-stages.json.gz", "14b-tp1", "run 21"),
+}
 GRAPH_MAX_TOKENS = 256  # max_cudagraph_capture_size at the operator's --max-num-seqs 128 (the serve logs print it)
 
 # (name, from stamp, to stamp, what the span is)
@@ -171,9 +175,9 @@ def _model(run: str):
     return settings.perf, Intake.of(settings.perf.calibration.serving)
 
 
-def model_step_ms(run: str, launch: Launch) -> tuple[float, float]:
-    """The simulator's (CPU floor, GPU + host time) for a step like ``launch``: its decodes at about 1,100
-    tokens of context, its new requests' prompts prefilled in it."""
+def model_step_ms(run: str, launch: Launch, context: int = 1152) -> tuple[float, float]:
+    """The simulator's (CPU floor, GPU + host time) for a step like ``launch``: its decodes at ``context``
+    tokens each (a 1,024-token prompt halfway through 256 out), its new requests' prompts prefilled in it."""
     from kneepoint.simulator.perf_model import StepWork
 
     perf, _ = _model(run)
@@ -182,7 +186,7 @@ def model_step_ms(run: str, launch: Launch) -> tuple[float, float]:
     each = prefill / max(1, launch.new)
     work = StepWork(
         decode_seqs=decodes,
-        decode_context_tokens=decodes * 1100,
+        decode_context_tokens=decodes * context,
         prefill_tokens=prefill,
         prefill_attention_pairs=launch.new * each * (each + 1) / 2,
         prefill_seqs=launch.new,
@@ -197,6 +201,36 @@ def model_lone_intake_ms(run: str, prompt_tokens: int) -> float:
 
 
 LOAD_PROMPTS = {"c1-p128": 128, "c1-p2048": 2048, "c32-p128": 128}  # the rest: 1,024-token prompts
+# A decoding request's mean context in each load: its prompt and half its reply (256 tokens; 64 and 128 for the
+# lone 128- and 2,048-token prompts).
+LOAD_CONTEXT = {"c1-p128": 128 + 32, "c1-p2048": 2048 + 64, "c32-p128": 128 + 128}
+DECODE_LOADS = (("c1", 1), ("c8", 8), ("c32", 32), ("c128", 128))  # closed loops of 1,024/256: their full batches
+
+
+def unprofiled_decode_rows() -> list[dict[str, Any]]:
+    """Every run's decode-only steps at the closed loops' full batches, unprofiled (launch to launch), beside the
+    simulator's step for the same batch and context: GPU + host time, or its CPU floor where that is longer."""
+    from kneepoint.simulator.perf_model import decode_work
+
+    rows = []
+    for run in RUNS:
+        perf, _ = _model(run)
+        for label, seqs in DECODE_LOADS:
+            xs = [x.interval_ms for x in launches(run, label) if x.mode.startswith("full") and x.seqs == seqs]
+            model = float(perf.step_time(decode_work(seqs, LOAD_CONTEXT.get(label, 1152))).seconds) * 1e3
+            real = median(xs)
+            rows.append(
+                {
+                    "run": run,
+                    "label": RUNS[run][2],
+                    "seqs": seqs,
+                    "steps": len(xs),
+                    "real_ms": real,
+                    "sim_ms": model,
+                    "error": model / real - 1.0,
+                }
+            )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 if len(ls) < (20 if mode.startswith("full") else 3):
                     continue
                 mid = sorted(ls, key=lambda x: x.interval_ms)[len(ls) // 2]
-                cpu, gpu = model_step_ms(run, mid)
+                cpu, gpu = model_step_ms(run, mid, LOAD_CONTEXT.get(label, 1152))
                 what = f"{size} seqs" if mode.startswith("full") else f"<= {size}"
                 print(f"| {label} | {mode} | {what} | {len(ls)} | {median([x.interval_ms for x in ls]):.2f} | {cpu:.2f} | {gpu:.2f} |")
         print("\nThe API server at a wave boundary (waves of 8 or more requests), ms:\n")

@@ -1,13 +1,13 @@
-"""Runs 19 and 20 (tests/data/vllm/README.md): real vLLM 0.24 stamped request by request, the 1B and the 8B.
+"""Runs 19-21 (tests/data/vllm/README.md): real vLLM 0.24 stamped request by request, the 1B, the 8B, the 14B.
 
 Every request of the closed loops was stamped inside vLLM's API server and EngineCore
 (`benchmarks/vllm_request_stages.py` joins the stamps; docs/simulator.md, "Inside real vLLM, request by
-request"). These hold what the stamps showed, and where the simulator's model stands against it: its lone
-request's time to first token adds up (run 20's 8B c1 within 7 %), but not from the same parts. The model's
-intake is about twice the real API server's, which leaves the output path and, on CPU-bound steps, a step's
-launch to the intake's share; a step without a CUDA graph costs vLLM about the same CPU on the 1B as on the
-8B, where the model scales it by the layers; a prefill step within the piecewise graphs costs it about
-10 ms, where the model has the decode step's floor.
+request"). These hold what the stamps showed, and where the simulator's model stands against it: the 8B's and
+the 14B's decode steps, unprofiled, are the model's within 3 %; a lone request's time to first token adds up
+(run 20's 8B c1 within 7 %), but not from the same parts: the model's intake is about twice the real API
+server's, which leaves the output path and, on CPU-bound steps, a step's launch to the intake's share; a step
+without a CUDA graph costs the 1B's vLLM 1.6 times the model's CPU floor; a prefill step within the piecewise
+graphs costs about 10 ms, where the model has the decode step's floor.
 """
 
 from __future__ import annotations
@@ -66,21 +66,19 @@ def test_the_stamps_do_not_move_the_figures() -> None:
     assert min(ttft_off) <= min(ttft_on) and max(ttft_on) <= max(ttft_off)
 
 
-def test_a_lone_request_reaches_the_scheduler_in_3_to_7_ms_where_the_model_takes_9_to_11() -> None:
-    measured = {
-        ("8b", "c1-p128", 128): _median("8b", "c1-p128", "start", "sched"),
-        ("8b", "c1", 1024): _median("8b", "c1", "start", "sched"),
-        ("8b", "c1-p2048", 2048): _median("8b", "c1-p2048", "start", "sched"),
-        ("1b", "c1", 1024): _median("1b", "c1", "start", "sched"),
-    }
-    for (run, label, tokens), ms in measured.items():
-        assert 2.5 < ms < 7.5, (run, label, ms)
-        # +1: the simulator counts the BOS token; the model's intake is longer by 3.5-5.5 ms
-        assert 3.5 < stages.model_lone_intake_ms(run, tokens + 1) - ms < 6.5, (run, label)
-    assert measured[("8b", "c1-p128", 128)] < measured[("8b", "c1", 1024)] < measured[("8b", "c1-p2048", 2048)]
-    # ... and hands the first token to the client 1.4-2.9 ms after the step that made it
-    for run, label in (("8b", "c1-p128"), ("8b", "c1"), ("8b", "c1-p2048"), ("1b", "c1")):
-        assert 1.2 < _median(run, label, "update", "first") < 3.2, (run, label)
+def test_a_lone_request_reaches_the_scheduler_in_3_to_8_ms_where_the_model_takes_9_to_11() -> None:
+    for run in ("8b", "14b"):
+        measured = {tokens: _median(run, label, "start", "sched") for label, tokens in (("c1-p128", 128), ("c1", 1024), ("c1-p2048", 2048))}
+        assert measured[128] < measured[1024] < measured[2048], run
+        for tokens, ms in measured.items():
+            assert 2.5 < ms < 8.0, (run, tokens, ms)
+            # +1: the simulator counts the BOS token; the model's intake is longer by 3-6.5 ms
+            assert 3.0 < stages.model_lone_intake_ms(run, tokens + 1) - ms < 6.5, (run, tokens)
+    assert 2.5 < _median("1b", "c1", "start", "sched") < 8.0
+    # ... and hands the first token to the client 1.4-3.9 ms after the step that made it
+    for run in stages.RUNS:
+        for label in ("c1", "c1-p128", "c1-p2048") if run != "1b" else ("c1",):
+            assert 1.2 < _median(run, label, "update", "first") < 4.0, (run, label)
 
 
 def test_the_models_lone_ttft_adds_up_from_other_parts() -> None:
@@ -95,14 +93,20 @@ def test_the_models_lone_ttft_adds_up_from_other_parts() -> None:
     assert _median("8b", "c1", "sched", "update") == pytest.approx(perf.step_time(prefill_work(1025)).seconds * 1e3, rel=0.05)
 
 
-def test_the_8b_steps_unprofiled_are_the_models() -> None:
-    # With asynchronous scheduling a GPU-bound step's launch-to-launch interval is its GPU time: the 8B's decode
-    # steps (full CUDA graphs) at 1, 8, 32 and 128 sequences and its 8,192-token prefill steps, without a profiler.
-    perf, _ = stages._model("8b")
-    for label, seqs in (("c1", 1), ("c8", 8), ("c32", 32), ("c128", 128)):
-        launch = next(x for x in stages.launches("8b", label) if x.mode.startswith("full") and x.seqs == seqs)
-        _, model = stages.model_step_ms("8b", launch)
-        assert _launch_ms("8b", label, launch.mode) == pytest.approx(model, rel=0.05), label
+def test_the_8b_and_14b_decode_steps_unprofiled_are_the_models_within_3_percent() -> None:
+    # With asynchronous scheduling a GPU-bound step's launch-to-launch interval is its GPU time: decode steps (full
+    # CUDA graphs) at 1, 8, 32 and 128 sequences, without a profiler. The 14B's at 8 is 9.23 ms, where run 18b's
+    # trace (9.70 ms) ran above the load's whole TPOT: the profiler's cost, not the model's error. The 1B's are
+    # vLLM's CPU time, which the floor puts at the median host speed, and run 19's host ran slower.
+    rows = stages.unprofiled_decode_rows()
+    assert {(r["run"], r["seqs"]) for r in rows} == {(run, n) for run in stages.RUNS for n in (1, 8, 32, 128)}
+    for r in rows:
+        assert r["steps"] >= 400, r
+        if r["run"] == "1b":
+            assert -0.25 < r["error"] < 0.0, r
+        else:
+            assert abs(r["error"]) < 0.03, r
+    # and the 8B's 8,192-token prefill steps
     for label in ("c32", "c128"):
         big = [x for x in stages.launches("8b", label) if x.tokens >= 8000]
         real = stages.median([x.interval_ms for x in big])
@@ -110,17 +114,18 @@ def test_the_8b_steps_unprofiled_are_the_models() -> None:
         assert real == pytest.approx(model, rel=0.06), label
 
 
-def test_a_step_without_a_cuda_graph_costs_vllm_the_same_cpu_on_the_1b_and_the_8b() -> None:
+def test_a_step_without_a_cuda_graph_costs_the_1b_more_cpu_than_the_model_gives_it() -> None:
     # A lone 1,024-token prompt's step is above the largest CUDA graph (256 tokens): vLLM launches its kernels one
-    # by one. Its launch takes 16.2 ms on the 8B (whose GPU part, 24 ms, is longer: the launch returns first) and
-    # 17.3 ms on the 1B (on a host whose 1B decode step took 2.65 ms, 1.25x the floor's median speed): per step,
-    # not per layer. The model's floor is 400 µs per layer: the 8B's within 10 %, the 1B's about 60 % of it.
-    b8, b1 = _launch_ms("8b", "c1", "no graph"), _launch_ms("1b", "c1", "no graph")
-    assert b8 == pytest.approx(b1, rel=0.10)
+    # by one. Its launch takes 16.2 ms on the 8B and 22.3 ms on the 14B (whose GPU parts, 24 and 45 ms, are longer:
+    # the launch returns first), the model's 400 µs a layer within 10 %; and 17.3 ms on the 1B, on a host whose 1B
+    # decode step took 2.65 ms (1.25 times the floor's median speed): 13.8 ms at that speed, where the model gives
+    # 8.5 ms.
+    one = stages.Launch(0, 1025, 1, 1, 0)
+    for run in ("8b", "14b"):
+        assert stages.model_step_ms(run, one)[0] == pytest.approx(_launch_ms(run, "c1", "no graph"), rel=0.10), run
+    b1 = _launch_ms("1b", "c1", "no graph")
     host = _launch_ms("1b", "c1", "full graph (decode only)") / stages.model_step_ms("1b", stages.Launch(0, 1, 1, 0, 0))[0]
     assert 1.15 < host < 1.35
-    one = stages.Launch(0, 1025, 1, 1, 0)
-    assert stages.model_step_ms("8b", one)[0] == pytest.approx(b8, rel=0.10)
     assert stages.model_step_ms("1b", one)[0] < 0.65 * b1 / host
 
 
