@@ -14,7 +14,9 @@ send and first-token times (same clock) close the chain. This prints, per load:
    `max_cudagraph_capture_size` tokens, 256 at the operator's flags, replays piecewise graphs with attention
    outside them; a larger step has no graph), which with asynchronous scheduling is vLLM's CPU time for the step
    whenever the GPU's part is shorter, beside the simulator's CPU floor for the same step;
-3. the API server at a closed loop's wave boundary: how long the first request of a wave waits to be rendered,
+3. what requests arriving at the EngineCore cost its loop: a lone prompt's step, launch to launch, against how
+   many arrived meanwhile;
+4. the API server at a closed loop's wave boundary: how long the first request of a wave waits to be rendered,
    and how far apart the next ones are.
 
     .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|all] [--p90]
@@ -137,6 +139,28 @@ def launches(run: str, label: str) -> list[Launch]:
         if tokens:
             out.append(Launch(s[2], tokens, seqs, new, (nxt[2] - s[2]) * 1e3))
     return out
+
+
+def lone_launches_and_arrivals(run: str) -> list[tuple[int, float]]:
+    """(requests that reached the EngineCore's input thread while it was launched, launch-to-launch ms) of every
+    step that prefilled one 1,024-token prompt alone, over the whole run: what arriving requests cost the
+    EngineCore's loop (each is decoded, hashed and added between two steps, under the process's one lock)."""
+    doc = load(run)
+    core_in = sorted(s[2] for s in doc["stamps"] if s[1] == "core_in")
+    sched = [s for s in doc["stamps"] if s[1] == "sched" and s[4]]
+    out = []
+    for a, b in zip(sched, sched[1:], strict=False):
+        if a[5] == 1 and len(a[6]) == 1 and 1000 < a[4] < 1100:
+            out.append((sum(1 for t in core_in if a[2] <= t < b[2]), (b[2] - a[2]) * 1e3))
+    return out
+
+
+def slope(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares (intercept, slope) of y on x."""
+    mx = statistics.fmean(p[0] for p in points)
+    my = statistics.fmean(p[1] for p in points)
+    b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return my - b * mx, b
 
 
 def waves(rows: list[dict[str, float]], gap_ms: float = 100.0) -> list[list[dict[str, float]]]:
@@ -276,6 +300,12 @@ def main(argv: list[str] | None = None) -> int:
                 cpu, gpu = model_step_ms(run, mid, LOAD_CONTEXT.get(label, 1152))
                 what = f"{size} seqs" if mode.startswith("full") else f"<= {size}"
                 print(f"| {label} | {mode} | {what} | {len(ls)} | {median([x.interval_ms for x in ls]):.2f} | {cpu:.2f} | {gpu:.2f} |")
+        points = lone_launches_and_arrivals(run)
+        base, per = slope(points)
+        print(
+            f"\nA lone 1,024-token prompt's step, launch to launch, against the requests that reached the EngineCore "
+            f"meanwhile ({len(points)} steps): {base:.1f} ms + {per:.2f} ms a request"
+        )
         print("\nThe API server at a wave boundary (waves of 8 or more requests), ms:\n")
         print("| load | waves | first request: handler -> rendered, median (max) | next renders apart, median |")
         print("|---|---|---|---|")
