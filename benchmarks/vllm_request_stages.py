@@ -1,9 +1,10 @@
-"""Where real vLLM's time to first token goes, request by request (runs 19-21), beside the simulator's model.
+"""Where real vLLM's time to first token goes, request by request (runs 19-22), beside the simulator's model.
 
-Runs 19 (the 1B), 20 (the 8B) and 21 (the held-out 14B) stamped every request inside real vLLM 0.24 on an
-H200, with the operator's flags (`tests/data/vllm/kit-scripts/stage_trace/sitecustomize.py`;
-tests/data/vllm/README.md, "Runs 19-21"): in the API server when the handler starts, when the prompt is
-rendered (tokenized), when it is handed to the EngineCore; in the EngineCore when its input thread gets the request, when the busy loop takes it, when it is scheduled and
+Runs 19 (the 1B), 20 (the 8B), 21 (the held-out 14B) and 22 (the 70B in fp8; decode loads only) stamped every
+request inside real vLLM 0.24 on an H200, with the operator's flags
+(`tests/data/vllm/kit-scripts/stage_trace/sitecustomize.py`; tests/data/vllm/README.md, "Runs 19-22"): in the API
+server when the handler starts, when the prompt is rendered (tokenized), when it is handed to the EngineCore; in
+the EngineCore when its input thread gets the request, when the busy loop takes it, when it is scheduled and
 when its first token comes out of a step; back in the API server when that output arrives. The client's own
 send and first-token times (same clock) close the chain. This prints, per load:
 
@@ -39,7 +40,14 @@ RUNS = {
     "1b": ("1b-tp1-r19-stages.json.gz", "1b-tp1", "run 19"),
     "8b": ("8b-tp1-r20-stages.json.gz", "8b-tp1", "run 20"),
     "14b": ("14b-tp1-r21-stages.json.gz", "14b-tp1", "run 21"),
+    "70b-fp8": ("70b-fp8-tp1-r22-stages.json.gz", "70b-fp8-tp1", "run 22"),
 }
+STAGE_RUNS = ("1b", "8b", "14b")  # the runs with every load; run 22 has its decode steps' loads only
+# The closed loops whose full batches give the decode steps, and a decoding request's mean context in them: 1,024-
+# token prompts with 256-token replies, the 70B fp8's with 64 (its --max-num-seqs is 64).
+DECODE_LOADS = dict.fromkeys(STAGE_RUNS, (("c1", 1), ("c8", 8), ("c32", 32), ("c128", 128)))
+DECODE_LOADS["70b-fp8"] = (("c1", 1), ("c8", 8), ("c32", 32), ("c64", 64))
+DECODE_CONTEXT = {"70b-fp8": 1024 + 32}
 GRAPH_MAX_TOKENS = 256  # max_cudagraph_capture_size at the operator's --max-num-seqs 128 (the serve logs print it)
 
 # (name, from stamp, to stamp, what the span is)
@@ -228,7 +236,6 @@ LOAD_PROMPTS = {"c1-p128": 128, "c1-p2048": 2048, "c32-p128": 128}  # the rest: 
 # A decoding request's mean context in each load: its prompt and half its reply (256 tokens; 64 and 128 for the
 # lone 128- and 2,048-token prompts).
 LOAD_CONTEXT = {"c1-p128": 128 + 32, "c1-p2048": 2048 + 64, "c32-p128": 128 + 128}
-DECODE_LOADS = (("c1", 1), ("c8", 8), ("c32", 32), ("c128", 128))  # closed loops of 1,024/256: their full batches
 
 
 def unprofiled_decode_rows() -> list[dict[str, Any]]:
@@ -239,9 +246,10 @@ def unprofiled_decode_rows() -> list[dict[str, Any]]:
     rows = []
     for run in RUNS:
         perf, _ = _model(run)
-        for label, seqs in DECODE_LOADS:
+        for label, seqs in DECODE_LOADS[run]:
             xs = [x.interval_ms for x in launches(run, label) if x.mode.startswith("full") and x.seqs == seqs]
-            model = float(perf.step_time(decode_work(seqs, LOAD_CONTEXT.get(label, 1152))).seconds) * 1e3
+            context = DECODE_CONTEXT.get(run, LOAD_CONTEXT.get(label, 1152))
+            model = float(perf.step_time(decode_work(seqs, context)).seconds) * 1e3
             real = median(xs)
             rows.append(
                 {
@@ -259,10 +267,10 @@ def unprofiled_decode_rows() -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", choices=[*RUNS, "all"], default="all")
+    parser.add_argument("--run", choices=[*STAGE_RUNS, "all"], default="all")
     parser.add_argument("--p90", action="store_true", help="P90s beside the medians")
     args = parser.parse_args(argv)
-    for run in RUNS if args.run == "all" else [args.run]:
+    for run in STAGE_RUNS if args.run == "all" else [args.run]:
         doc = load(run)
         labels = sorted(
             (k for k in doc["clients"] if k != "warm" and not k.startswith("off-")),

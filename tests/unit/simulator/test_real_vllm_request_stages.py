@@ -1,4 +1,4 @@
-"""Runs 19-21 (tests/data/vllm/README.md): real vLLM 0.24 stamped request by request, the 1B, the 8B, the 14B.
+"""Runs 19-22 (tests/data/vllm/README.md): real vLLM 0.24 stamped request by request, the 1B, 8B, 14B, 70B fp8.
 
 Every request of the closed loops was stamped inside vLLM's API server and EngineCore
 (`benchmarks/vllm_request_stages.py` joins the stamps; docs/simulator.md, "Inside real vLLM, request by
@@ -39,7 +39,7 @@ def _launch_ms(run: str, label: str, mode: str, max_tokens: int | None = None) -
     return stages.median(xs)
 
 
-@pytest.mark.parametrize("run", sorted(stages.RUNS))
+@pytest.mark.parametrize("run", stages.STAGE_RUNS)
 def test_every_stamped_request_has_every_stamp_in_order(run: str) -> None:
     for label in _loads(run):
         if label.startswith("off-"):
@@ -56,7 +56,7 @@ def test_the_stamps_do_not_move_the_figures() -> None:
     # The same c32 load with the stamps on (twice) and off (before and after): E2E P50 within 4 % of each other
     # on both models; the 1B's TTFT P50 within the off takes' own spread. (The 8B's c32 TTFT P50 sits at a wave's
     # prefill-group boundary, where run 3's takes of one load already span 435-557 ms.)
-    for run in stages.RUNS:
+    for run in stages.STAGE_RUNS:
         on = [_median(run, k, "start", "end") for k in ("c32", "c32-b")]
         off = [_median(run, k, "start", "end") for k in ("off-c32-a", "off-c32-b")]
         assert max(on + off) / min(on + off) < 1.07, run
@@ -76,7 +76,7 @@ def test_a_lone_request_reaches_the_scheduler_in_3_to_8_ms_where_the_model_takes
             assert 3.0 < stages.model_lone_intake_ms(run, tokens + 1) - ms < 6.5, (run, tokens)
     assert 2.5 < _median("1b", "c1", "start", "sched") < 8.0
     # ... and hands the first token to the client 1.4-3.9 ms after the step that made it
-    for run in stages.RUNS:
+    for run in stages.STAGE_RUNS:
         for label in ("c1", "c1-p128", "c1-p2048") if run != "1b" else ("c1",):
             assert 1.2 < _median(run, label, "update", "first") < 4.0, (run, label)
 
@@ -93,17 +93,21 @@ def test_the_models_lone_ttft_adds_up_from_other_parts() -> None:
     assert _median("8b", "c1", "sched", "update") == pytest.approx(perf.step_time(prefill_work(1025)).seconds * 1e3, rel=0.05)
 
 
-def test_the_8b_and_14b_decode_steps_unprofiled_are_the_models_within_3_percent() -> None:
+def test_the_decode_steps_unprofiled_are_the_models() -> None:
     # With asynchronous scheduling a GPU-bound step's launch-to-launch interval is its GPU time: decode steps (full
-    # CUDA graphs) at 1, 8, 32 and 128 sequences, without a profiler. The 14B's at 8 is 9.23 ms, where run 18b's
-    # trace (9.70 ms) ran above the load's whole TPOT: the profiler's cost, not the model's error. The 1B's are
-    # vLLM's CPU time, which the floor puts at the median host speed, and run 19's host ran slower.
+    # CUDA graphs) at each closed loop's full batch, without a profiler. The 8B's and the 14B's within 3 % (the 14B's
+    # at 8 is 9.23 ms, where run 18b's trace, 9.70 ms, ran above the load's whole TPOT: the profiler's cost, not
+    # the model's error), the 70B fp8's within 6 % (its step at 32, 29.5 ms, is longer than at 64, 28.0: fp8's
+    # kernels by rows). The 1B's are vLLM's CPU time, which the floor puts at the median host speed, and run 19's
+    # host ran slower.
     rows = stages.unprofiled_decode_rows()
-    assert {(r["run"], r["seqs"]) for r in rows} == {(run, n) for run in stages.RUNS for n in (1, 8, 32, 128)}
+    assert {(r["run"], r["seqs"]) for r in rows} == {(run, n) for run, loads in stages.DECODE_LOADS.items() for _, n in loads}
     for r in rows:
-        assert r["steps"] >= 400, r
+        assert r["steps"] >= (50 if r["run"] == "70b-fp8" else 400), r
         if r["run"] == "1b":
             assert -0.25 < r["error"] < 0.0, r
+        elif r["run"] == "70b-fp8":
+            assert abs(r["error"]) < 0.06, r
         else:
             assert abs(r["error"]) < 0.03, r
     # and the 8B's 8,192-token prefill steps
@@ -167,7 +171,7 @@ def test_each_request_reaching_the_enginecore_costs_its_loop_about_a_millisecond
     # The EngineCore decodes, hashes and adds every arriving request between two steps, in the process that
     # launches them: a lone 1,024-token prompt's step takes about 0.7-0.9 ms longer from launch to launch for
     # each request that arrived meanwhile (1B: 17.4 ms with none, 37.0 with 20-23), on all three models.
-    for run in stages.RUNS:
+    for run in stages.STAGE_RUNS:
         points = stages.lone_launches_and_arrivals(run)
         assert len(points) >= 25 and sum(1 for n, _ in points if n == 0) >= 10, run
         base, per = stages.slope(points)

@@ -9,6 +9,8 @@
 # Run 20 (`exp-stages.sh 8b`): the same loads on the 8B (engine-args-realfit.txt), whose steps are the GPU's.
 # Run 21 (`exp-stages.sh 14b`): the same on Qwen2.5-14B's shape (engine-args-14b.txt, run 18's tokenizer folder):
 # its decode steps unprofiled, where run 18b's trace at 8 sequences ran above the load's whole TPOT.
+# Run 22 (`exp-stages.sh 70b-fp8`): the 70B in fp8 (engine-args-70b-fp8.txt: --max-num-seqs 64), its decode steps
+# unprofiled at 1, 8, 32 and 64 sequences; replies of 64 tokens (its steps are 20-30 ms), no c128.
 set -u
 M=${1:-1b}
 S=$(cd "$(dirname "$0")" && pwd)
@@ -16,6 +18,7 @@ K=$PWD/.device-kit/scripts
 . /tmp/k/device-setup.sh 2>/dev/null || . $K/device-setup.sh
 EXTRA=""
 if [ $M = 8b ]; then RUN=r20 ARGS=engine-args-realfit.txt SEED=2000; export KP_MODEL_NAME=Llama-3.1-8B-Instruct
+elif [ $M = 70b-fp8 ]; then RUN=r22 ARGS=engine-args-70b-fp8.txt SEED=2200; export KP_MODEL_NAME=Llama-3.1-70B-Instruct
 elif [ $M = 14b ]; then RUN=r21 ARGS=engine-args-14b.txt SEED=2100 EXTRA="--tokenizer /tmp/k/models/tok-qwen-152k"; export KP_MODEL_NAME=Qwen2.5-14B-Instruct
 else RUN=r19 ARGS=engine-args-1b.txt SEED=1900; export KP_MODEL_NAME=Llama-3.2-1B-Instruct; fi
 R=/tmp/$RUN; mkdir -p $R/st; t0=$(date +%s)
@@ -38,12 +41,21 @@ c["rope_scaling"]["factor"] = 32.0
 json.dump(c, open(f"{dst}/config.json", "w"), indent=1)
 PY
 KP_STAGE_DIR=$R/st PYTHONPATH=$S/stage_trace:$PYTHONPATH python3 -m vllm.entrypoints.cli.main serve $(cat $S/$ARGS) --load-format dummy $EXTRA > $R/serve-$M.log 2>&1 & srv=$!
-up=0; for i in $(seq 1 240); do curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && { up=1; break; }; kill -0 $srv 2>/dev/null || break; sleep 1; done
+up=0; for i in $(seq 1 360); do curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && { up=1; break; }; kill -0 $srv 2>/dev/null || break; sleep 1; done
 T "$M up=$up"; pack
 [ $up = 1 ] || exit 0
 snap() { curl -s http://127.0.0.1:8000/metrics | grep -E '^vllm:(time_to_first_token|request_queue_time|request_prefill_time|e2e_request_latency|iteration_tokens)' > $R/m-$1.txt; }
 CL() { n=$1; shift; snap $n-before; T "start $n"; timeout 120 python3 $S/stage_client.py $R/cl-$n.json "$n" "$@" > $R/cl-$n.txt 2>&1; echo "rc=$?" >> $R/cl-$n.txt; T "client $n done $(head -c 200 $R/cl-$n.txt)"; snap $n-after; }
 CL warm 1 1 2 0 1024 16 $((SEED + 0))
+if [ $M = 70b-fp8 ]; then
+  touch $R/st/on; sleep 0.5
+  CL c1 1 1 6 1 1024 64 $((SEED + 2))
+  CL c8 1 8 16 8 1024 64 $((SEED + 3))
+  CL c32 1 32 32 32 1024 64 $((SEED + 4))
+  CL c64 1 64 64 64 1024 64 $((SEED + 6))
+  kill $srv 2>/dev/null; for j in $(seq 1 15); do kill -0 $srv 2>/dev/null || break; sleep 1; done
+  T end; pack; ls -la $OUT; exit 0
+fi
 CL off-c32-a 1 32 160 32 1024 256 $((SEED + 1))
 touch $R/st/on; sleep 0.5
 CL c1 1 1 12 1 1024 256 $((SEED + 2))
