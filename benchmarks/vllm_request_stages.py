@@ -26,6 +26,7 @@ send and first-token times (same clock) close the chain. This prints, per load:
 from __future__ import annotations
 
 import argparse
+import bisect
 import functools
 import gzip
 import json
@@ -34,6 +35,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kneepoint.loadgen.statistics import percentile_sorted
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "vllm"
 RUNS = {
@@ -48,7 +51,6 @@ STAGE_RUNS = ("1b", "8b", "14b")  # the runs with every load; run 22 has its dec
 DECODE_LOADS = dict.fromkeys(STAGE_RUNS, (("c1", 1), ("c8", 8), ("c32", 32), ("c128", 128)))
 DECODE_LOADS["70b-fp8"] = (("c1", 1), ("c8", 8), ("c32", 32), ("c64", 64))
 DECODE_CONTEXT = {"70b-fp8": 1024 + 32}
-GRAPH_MAX_TOKENS = 256  # max_cudagraph_capture_size at the operator's --max-num-seqs 128 (the serve logs print it)
 
 # (name, from stamp, to stamp, what the span is)
 STAGES = (
@@ -81,11 +83,11 @@ def _header_id(request_id: str) -> str:
     return "-".join(parts[:-1])
 
 
-def requests(run: str, label: str) -> list[dict[str, float]]:
-    """Every measured request of one load with its stamps (wall-clock seconds), in send order."""
-    doc = load(run)
+@functools.cache
+def _stamps_by_request(run: str) -> dict[str, dict[str, float]]:
+    """Each request's first stamp of each kind (wall-clock seconds), by the client's request id: one pass over the run."""
     stamps: dict[str, dict[str, float]] = {}
-    for _who, kind, wall, _mono, *rest in doc["stamps"]:
+    for _who, kind, wall, _mono, *rest in load(run)["stamps"]:
         if kind in ("http", "rendered") and rest[0]:
             stamps.setdefault(rest[0], {}).setdefault(kind, wall)
         elif kind in ("send", "sent", "core_in", "core_add"):
@@ -96,8 +98,14 @@ def requests(run: str, label: str) -> list[dict[str, float]]:
         elif kind == "update":
             for rid in rest[0]:
                 stamps.setdefault(_header_id(rid), {}).setdefault("update", wall)
+    return stamps
+
+
+def requests(run: str, label: str) -> list[dict[str, float]]:
+    """Every measured request of one load with its stamps (wall-clock seconds), in send order."""
+    stamps = _stamps_by_request(run)
     out = []
-    for c in doc["clients"][label]["requests"]:
+    for c in load(run)["clients"][label]["requests"]:
         row = dict(stamps.get(c["id"], {}))
         row.update(start=c["start"], end=c["end"])
         if c["first"] is not None:
@@ -114,10 +122,6 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def p90(xs: list[float]) -> float:
-    return xs[min(len(xs) - 1, int(0.9 * len(xs)))] if xs else float("nan")
-
-
 @dataclass(frozen=True)
 class Launch:
     """One EngineCore step: when it was scheduled, what it held, and how long until the next was scheduled."""
@@ -127,48 +131,54 @@ class Launch:
     seqs: int
     new: int
     interval_ms: float
+    graph_max_tokens: int = 0
+    """The engine's largest CUDA graph (`max_cudagraph_capture_size`), as the simulator derives it from the flags."""
 
     @property
     def mode(self) -> str:
         if self.tokens == self.seqs:
             return "full graph (decode only)"
-        return "piecewise graph" if self.tokens <= GRAPH_MAX_TOKENS else "no graph"
+        return "piecewise graph" if self.tokens <= self.graph_max_tokens else "no graph"
 
 
 def launches(run: str, label: str) -> list[Launch]:
     """The steps scheduled while one load ran (the last one has no interval and is left out)."""
-    doc = load(run)
     rows = requests(run, label)
     lo, hi = min(r["start"] for r in rows), max(r["end"] for r in rows)
-    sched = [s for s in doc["stamps"] if s[1] == "sched" and lo <= s[2] <= hi]
+    sched = [s for s in _scheds(run) if lo <= s[2] <= hi]
+    graph = model(run)[0].deployment.cuda_graph_max_tokens
     out = []
     for s, nxt in zip(sched, sched[1:], strict=False):
         tokens, seqs, new = s[4], s[5], len(s[6])
         if tokens:
-            out.append(Launch(s[2], tokens, seqs, new, (nxt[2] - s[2]) * 1e3))
+            out.append(Launch(s[2], tokens, seqs, new, (nxt[2] - s[2]) * 1e3, graph))
     return out
+
+
+@functools.cache
+def _scheds(run: str) -> list[list[Any]]:
+    """The run's Scheduler.schedule stamps, in time order."""
+    return [s for s in load(run)["stamps"] if s[1] == "sched"]
 
 
 def lone_launches_and_arrivals(run: str) -> list[tuple[int, float]]:
     """(requests that reached the EngineCore's input thread while it was launched, launch-to-launch ms) of every
     step that prefilled one 1,024-token prompt alone, over the whole run: what arriving requests cost the
     EngineCore's loop (each is decoded, hashed and added between two steps, under the process's one lock)."""
-    doc = load(run)
-    core_in = sorted(s[2] for s in doc["stamps"] if s[1] == "core_in")
-    sched = [s for s in doc["stamps"] if s[1] == "sched" and s[4]]
+    core_in = sorted(s[2] for s in load(run)["stamps"] if s[1] == "core_in")
+    sched = [s for s in _scheds(run) if s[4]]
     out = []
     for a, b in zip(sched, sched[1:], strict=False):
         if a[5] == 1 and len(a[6]) == 1 and 1000 < a[4] < 1100:
-            out.append((sum(1 for t in core_in if a[2] <= t < b[2]), (b[2] - a[2]) * 1e3))
+            arrived = bisect.bisect_left(core_in, b[2]) - bisect.bisect_left(core_in, a[2])
+            out.append((arrived, (b[2] - a[2]) * 1e3))
     return out
 
 
 def slope(points: list[tuple[int, float]]) -> tuple[float, float]:
     """Least squares (intercept, slope) of y on x."""
-    mx = statistics.fmean(p[0] for p in points)
-    my = statistics.fmean(p[1] for p in points)
-    b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
-    return my - b * mx, b
+    fit = statistics.linear_regression([float(x) for x, _ in points], [y for _, y in points])
+    return fit.intercept, fit.slope
 
 
 def waves(rows: list[dict[str, float]], gap_ms: float = 100.0) -> list[list[dict[str, float]]]:
@@ -194,7 +204,9 @@ def wave_renders(rows: list[dict[str, float]]) -> tuple[list[float], list[float]
     return first, gaps
 
 
-def _model(run: str):
+@functools.cache
+def model(run: str):
+    """(PerfModel, Intake): the simulator's engine for the run's flags, started once per run."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from sim_vs_real_vllm import MODELS, engine_args
 
@@ -212,7 +224,7 @@ def model_step_ms(run: str, launch: Launch, context: int = 1152) -> tuple[float,
     tokens each (a 1,024-token prompt halfway through 256 out), its new requests' prompts prefilled in it."""
     from kneepoint.simulator.perf_model import StepWork
 
-    perf, _ = _model(run)
+    perf, _ = model(run)
     decodes = launch.seqs - launch.new
     prefill = max(0, launch.tokens - decodes)
     each = prefill / max(1, launch.new)
@@ -228,7 +240,7 @@ def model_step_ms(run: str, launch: Launch, context: int = 1152) -> tuple[float,
 
 
 def model_lone_intake_ms(run: str, prompt_tokens: int) -> float:
-    _, intake = _model(run)
+    _, intake = model(run)
     return float(intake.lone_seconds(prompt_tokens)) * 1e3
 
 
@@ -245,11 +257,11 @@ def unprofiled_decode_rows() -> list[dict[str, Any]]:
 
     rows = []
     for run in RUNS:
-        perf, _ = _model(run)
+        perf, _ = model(run)
         for label, seqs in DECODE_LOADS[run]:
             xs = [x.interval_ms for x in launches(run, label) if x.mode.startswith("full") and x.seqs == seqs]
             context = DECODE_CONTEXT.get(run, LOAD_CONTEXT.get(label, 1152))
-            model = float(perf.step_time(decode_work(seqs, context)).seconds) * 1e3
+            sim = float(perf.step_time(decode_work(seqs, context)).seconds) * 1e3
             real = median(xs)
             rows.append(
                 {
@@ -258,8 +270,8 @@ def unprofiled_decode_rows() -> list[dict[str, Any]]:
                     "seqs": seqs,
                     "steps": len(xs),
                     "real_ms": real,
-                    "sim_ms": model,
-                    "error": model / real - 1.0,
+                    "sim_ms": sim,
+                    "error": sim / real - 1.0,
                 }
             )
     return rows
@@ -285,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             cells = []
             for _name, a, b, _what in STAGES:
                 xs = span_ms(rows, a, b)
-                cells.append(f"{median(xs):.1f}" + (f" ({p90(xs):.1f})" if args.p90 else "") if xs else "-")
+                cells.append(f"{median(xs):.1f}" + (f" ({percentile_sorted(xs, 90):.1f})" if args.p90 else "") if xs else "-")
             intake = span_ms(rows, *INTAKE)
             lone = model_lone_intake_ms(run, LOAD_PROMPTS.get(label, 1024) + 1)
             print(f"| {label} (n={len(rows)}) | " + " | ".join(cells) + f" | {median(intake):.1f} | {lone:.1f} |")

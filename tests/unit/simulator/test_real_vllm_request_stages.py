@@ -84,7 +84,7 @@ def test_a_lone_request_reaches_the_scheduler_in_3_to_8_ms_where_the_model_takes
 def test_the_models_lone_ttft_adds_up_from_other_parts() -> None:
     # Run 20's 8B c1 (32.1 ms, as runs 2-3's 32.0): the model's intake + step within 7 %, though its intake alone
     # is about twice the real one (above) and its step leaves out the output path.
-    perf, intake = stages._model("8b")
+    perf, intake = stages.model("8b")
     from kneepoint.simulator.perf_model import prefill_work
 
     model = (intake.lone_seconds(1025) + perf.step_time(prefill_work(1025)).seconds) * 1e3

@@ -30,16 +30,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $R/gpu.tx
 lscpu > $R/lscpu.txt 2>&1
 pack() { tar czf $OUT/stages-results.tgz -C /tmp $RUN; }
 [ $M = 14b ] && python3 $S/make_qwen14b.py
-[ $M = 1b ] && python3 - <<'PY'
-import json, shutil
-src, dst = "/tmp/k/models/llama-3-8b", "/tmp/k/models/llama-3.2-1b"
-shutil.copytree(src, dst, dirs_exist_ok=True)
-c = json.load(open(f"{src}/config.json"))
-c.update(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
-         num_hidden_layers=16, tie_word_embeddings=True)
-c["rope_scaling"]["factor"] = 32.0
-json.dump(c, open(f"{dst}/config.json", "w"), indent=1)
-PY
+[ $M = 1b ] && python3 $S/make_llama1b.py
 KP_STAGE_DIR=$R/st PYTHONPATH=$S/stage_trace:$PYTHONPATH python3 -m vllm.entrypoints.cli.main serve $(cat $S/$ARGS) --load-format dummy $EXTRA > $R/serve-$M.log 2>&1 & srv=$!
 up=0; for i in $(seq 1 360); do curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && { up=1; break; }; kill -0 $srv 2>/dev/null || break; sleep 1; done
 T "$M up=$up"; pack
