@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help="model/fleet/workload, comma-separated")
     p.add_argument("--state-dir", type=Path, default=Path("/tmp/kneepoint-agree"))
-    p.add_argument("--port-offset", type=int, default=42000)
+    p.add_argument("--port-offset", type=int, default=19000)  # every port below the ephemeral range (docs/sandbox.md)
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds one experiment may take in the sandbox")
     p.add_argument("--keep-sandbox", action="store_true")
     args = p.parse_args(argv)

@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=500)
     p.add_argument("--experiments", type=int, default=100)
     p.add_argument("--state-dir", type=Path, default=Path("/tmp/kneepoint-scale"))
-    p.add_argument("--port-offset", type=int, default=41000)
+    p.add_argument("--port-offset", type=int, default=17000)  # every port below the ephemeral range (docs/sandbox.md)
     p.add_argument("--idle-seconds", type=float, default=120.0, help="measure this long after every experiment decided")
     p.add_argument("--timeout", type=float, default=1800.0, help="give up when not every experiment decided by then")
     p.add_argument("--keep-sandbox", action="store_true", help="leave the sandbox running (default: stop it)")

@@ -32,9 +32,7 @@ from kubernetes import client
 from kneepoint.core.record_table import format_record_table
 from kneepoint.core.status import ExperimentStatus
 from kneepoint.kube import naming
-from kneepoint.sandbox import binaries, controlplane, processes
-from kneepoint.sandbox.layout import Ports
-from kneepoint.sandbox.lws_config import ports as lws_ports
+from kneepoint.sandbox import binaries, controlplane
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "deploy" / "sandbox" / "fleet-h100-multinode.yaml"
@@ -43,20 +41,12 @@ POD_CIDR = "127.43.0.0/16"  # the runner's pod addresses, apart from the default
 TAINT = {"key": "kneepoint.io/reserved", "value": "other-team", "effect": "NoSchedule"}
 
 
-def _free_offset() -> int:
-    """A port offset whose every port (LWS's too) is free on loopback."""
-    for offset in range(25000, 31000, 173):
-        ports = Ports().shifted(offset)
-        wanted = [*ports.as_dict().values(), *lws_ports(ports)]
-        if not any(processes.port_in_use(p) for p in wanted):
-            return offset
-    raise AssertionError("no free port offset for the multi-node sandbox")
-
-
 @pytest.fixture(scope="module")
 def multinode_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxHandle]:
     state = Path(os.environ.get("KNEEPOINT_MULTINODE_SANDBOX_DIR") or tmp_path_factory.mktemp("multinode") / "state")
-    offset = _free_offset()
+    offset = controlplane.free_port_offset(
+        start=11000
+    )  # ports 13379-21259: below the ephemeral range, apart from the other tests' second sandbox
     saved = os.environ.get("KNEEPOINT_SANDBOX_POD_CIDR")
     os.environ["KNEEPOINT_SANDBOX_POD_CIDR"] = POD_CIDR  # inherited by the runner this `up` starts
     started = time.monotonic()

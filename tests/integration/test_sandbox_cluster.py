@@ -194,14 +194,8 @@ def test_service_accounts_are_subject_to_rbac(sandbox: Any, namespace: str) -> N
 
 
 def _free_offset() -> int:
-    """A port offset whose every port is free on loopback (for a second sandbox)."""
-    from kneepoint.sandbox.layout import Ports
-
-    for offset in range(20000, 30000, 137):
-        ports = Ports().shifted(offset)
-        if not any(processes.port_in_use(p) for p in ports.as_dict().values()):
-            return offset
-    raise AssertionError("no free port offset")
+    """A port offset whose every port is free on loopback and below the ephemeral range (for a second sandbox)."""
+    return controlplane.free_port_offset(start=20000)
 
 
 def test_up_is_idempotent_and_down_leaves_no_process(sandbox: Any, tmp_path: Path) -> None:

@@ -146,6 +146,36 @@ def env_port_offset(env: Mapping[str, str]) -> int | None:
         raise SandboxError(f"KNEEPOINT_SANDBOX_PORT_OFFSET={raw!r} is not an integer") from None
 
 
+def all_ports(ports: Ports) -> list[int]:
+    """Every loopback port a sandbox on ``ports`` may listen on (LWS's too)."""
+    return sorted({port for listed in flags.listen_ports(ports).values() for port in listed})
+
+
+def ports_in_ephemeral_range(ports: Ports, ephemeral: tuple[int, int] | None = None) -> list[int]:
+    """The sandbox's ports that lie in the kernel's range for outgoing connections' local ends."""
+    low, high = ephemeral or processes.ephemeral_port_range()
+    return [port for port in all_ports(ports) if low <= port <= high]
+
+
+def free_port_offset(start: int = 11000, step: int = 137) -> int:
+    """The first port offset from ``start`` whose every port is free and below the kernel's ephemeral range.
+
+    For a second sandbox beside the default one (tests, a user's experiments). Ports in
+    the ephemeral range would be free when chosen and could be taken by any outgoing
+    connection before their component binds them.
+    """
+    low, _ = processes.ephemeral_port_range()
+    offset = start
+    while True:
+        ports = Ports().shifted(offset)
+        wanted = all_ports(ports)
+        if wanted[-1] >= low:
+            raise SandboxError(f"no port offset from {start} keeps every sandbox port free and below the ephemeral range's {low}")
+        if not any(processes.port_in_use(port) for port in wanted):
+            return offset
+        offset += step
+
+
 # --- up --------------------------------------------------------------------------------------
 
 
@@ -197,6 +227,14 @@ def _up_locked(
 ) -> Sandbox:
     paths, ports = sandbox.paths, sandbox.ports
     _check_recorded_ports(sandbox, port_offset)
+    exposed = ports_in_ephemeral_range(ports)
+    if exposed:
+        low, high = processes.ephemeral_port_range()
+        say(
+            f"[sandbox] warning: port(s) {', '.join(map(str, exposed))} lie in the kernel's ephemeral range {low}-{high}, "
+            f"where any outgoing connection may take them before they are bound; "
+            f"a --port-offset of at most {low - 1 - max(all_ports(Ports()))} keeps every port below it"
+        )
     with_lws = with_lws or _recorded_lws(paths)
 
     try:

@@ -36,6 +36,8 @@ from kneepoint.sandbox.flags import Health
 from kneepoint.sandbox.layout import HOST
 
 MARKER_ENV = "KNEEPOINT_SANDBOX_ID"
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+DEFAULT_EPHEMERAL_RANGE = (32768, 60999)  # Linux's net.ipv4.ip_local_port_range default
 
 # Popen objects of children started by this Python process, kept so they are reaped
 # (no zombies, no ResourceWarning) when the fixture or the CLI stops them.
@@ -163,17 +165,37 @@ def port_in_use(port: int) -> bool:
 
 
 def port_owner(port: int) -> str:
-    """'pid N (name)' of the process listening on ``port``, or 'an unknown process'."""
+    """Who holds ``port``: 'pid N (name)' of its listener, else the connection whose local end it is, else 'an unknown process'."""
+    connection = ""
     try:
         for conn in psutil.net_connections(kind="tcp"):
-            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+            if not conn.laddr or conn.laddr.port != port:
+                continue
+            if conn.status == psutil.CONN_LISTEN and conn.pid:
                 try:
                     return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
                 except psutil.Error:
                     return f"pid {conn.pid}"
+            if conn.status != psutil.CONN_LISTEN and not connection:
+                # A client socket's local end: the kernel gave it this port from its ephemeral range.
+                peer = f" to {conn.raddr.ip}:{conn.raddr.port}" if conn.raddr else ""
+                connection = f"the local end of a {conn.status} connection{peer}" + (f" (pid {conn.pid})" if conn.pid else "")
     except psutil.Error:
         pass
-    return "an unknown process"
+    return connection or "an unknown process"
+
+
+def ephemeral_port_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's range of local ports for outgoing connections (Linux's default when unreadable).
+
+    A server port inside it can be taken at any moment by some client's socket, so the
+    sandbox keeps its ports below it where it chooses them.
+    """
+    try:
+        low, high = (int(part) for part in path.read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL_RANGE
 
 
 def start(name: str, argv: list[str], log_path: Path, pid_path: Path, env: Mapping[str, str], cwd: Path) -> Record:

@@ -139,3 +139,18 @@ def test_pure_sandbox_modules_import_only_the_standard_library(module: str) -> N
                 assert parts[1] == "core" or (parts[1] == "sandbox" and parts[2] in PURE), name
             else:
                 assert top in sys.stdlib_module_names or top == "__future__", name
+
+
+def test_a_second_sandbox_is_offered_ports_below_the_ephemeral_range() -> None:
+    """Stop 30's CI: an offset of 25000 put prometheus on 34090, which a client socket took first."""
+    from kneepoint.sandbox import controlplane, processes
+    from kneepoint.sandbox.layout import Ports
+
+    assert 34090 in controlplane.ports_in_ephemeral_range(Ports().shifted(25000), (32768, 60999))
+    assert controlplane.ports_in_ephemeral_range(Ports(), (32768, 60999)) == []
+    low, _ = processes.ephemeral_port_range()
+    offset = controlplane.free_port_offset(start=11000)
+    wanted = controlplane.all_ports(Ports().shifted(offset))
+    assert wanted[-1] < low
+    assert not any(processes.port_in_use(port) for port in wanted)
+    assert set(wanted).isdisjoint(controlplane.all_ports(Ports()))

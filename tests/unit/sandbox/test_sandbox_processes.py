@@ -104,3 +104,29 @@ def test_start_ticks_reads_past_a_command_name_with_spaces_and_parentheses(tmp_p
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
+
+
+def test_a_port_held_by_an_outgoing_connection_is_in_use_and_named() -> None:
+    """Stop 30's CI: a port the kernel handed to a client socket cannot be bound by a server."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        with socket.create_connection(server.getsockname()) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                local = client.getsockname()[1]
+                low, high = processes.ephemeral_port_range()
+                assert low <= local <= high  # the kernel chose it from its ephemeral range
+                assert processes.port_in_use(local)
+                owner = processes.port_owner(local)
+                assert owner.startswith("the local end of a ESTABLISHED connection to 127.0.0.1:"), owner
+                assert f"(pid {os.getpid()})" in owner
+
+
+def test_ephemeral_port_range_reads_the_kernel_file_and_falls_back_to_linux_default(tmp_path: Path) -> None:
+    path = tmp_path / "ip_local_port_range"
+    path.write_text("40000\t50000\n")
+    assert processes.ephemeral_port_range(path) == (40000, 50000)
+    assert processes.ephemeral_port_range(tmp_path / "missing") == processes.DEFAULT_EPHEMERAL_RANGE
+    path.write_text("garbage\n")
+    assert processes.ephemeral_port_range(path) == processes.DEFAULT_EPHEMERAL_RANGE
