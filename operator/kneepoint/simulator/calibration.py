@@ -47,6 +47,14 @@ class ComputeCalibration:
     H200 (``cutlass_scaled_mm``, Llama 8B and 70B shapes, their mean): 1.38x at 24 rows, 1.07x at 64,
     1.40x at 72, 2.32x at 136, 1.90x at 256. Empty: 1 everywhere (bf16's cuBLAS GEMMs stay within
     16 % of their 1-row time up to 128 rows)."""
+    fp8_activation_quant_ns_per_hidden: float = 0.0
+    """Online fp8's per-step cost of quantizing activations, in ns per decoder layer per unit of the
+    model's hidden size. Before each of a layer's four linear layers vLLM quantizes the activation
+    rows to fp8 with a per-token scale (a max reduction over the row), fused by torch.compile into the
+    norm and SiLU kernels: in run 10's 70B trace these take 28 µs a layer at 1 and 16 sequences where
+    the 8B bf16's norm and SiLU kernels take 8. The rows are 1x to 3.5x the hidden size wide and a
+    decode step's few rows leave the reductions latency-bound, so the cost grows with the width and
+    barely with the rows. Fitted to the 70B fp8's c1 TPOT (runs 5, 6 and 10); 0: none (bf16)."""
     overhead_us_per_sampled_seq: float = 0.0
     """Fixed cost per sequence sampled in a step, whatever the model's depth and the sequence's
     context (vLLM's logits and sampler over the vocabulary, per-sequence step bookkeeping). Real
@@ -186,6 +194,7 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             overhead_us_per_sampled_seq=float(c["overheadUsPerSampledSeq"]),
             fp8_compute_efficiency=None if c.get("fp8ComputeEfficiency") is None else float(c["fp8ComputeEfficiency"]),
             fp8_gemm_row_factors=_row_factors(c.get("fp8GemmRowFactors") or []),
+            fp8_activation_quant_ns_per_hidden=float(c.get("fp8ActivationQuantNsPerHidden") or 0.0),
         ),
         links=links,
         eager=EagerCalibration(
@@ -226,6 +235,7 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "overheadUsPerSampledSeq": c.overhead_us_per_sampled_seq,
             "fp8ComputeEfficiency": c.fp8_compute_efficiency,
             "fp8GemmRowFactors": [[rows, factor] for rows, factor in c.fp8_gemm_row_factors],
+            "fp8ActivationQuantNsPerHidden": c.fp8_activation_quant_ns_per_hidden,
         },
         "links": {
             name: {

@@ -360,6 +360,25 @@ def fit_fp8_gemm_row_factors(layers: dict[tuple[str, int], dict[int, float]]) ->
     return tuple((m, round(statistics.mean(rs), 3)) for m, rs in sorted(ratios.items()))
 
 
+FP8_TPOT_C1_FILES = FP8_TTFT_FILES
+"""The 70B fp8's lone 1,024/256 loads (runs 5, 6, 10): their TPOT means fit ``fp8ActivationQuantNsPerHidden``."""
+
+
+def load_fp8_tpot_c1_ms(data_dir: Path) -> float:
+    """Real vLLM's TPOT mean of a lone 1,024/256 request on the 70B fp8: the median of runs 5, 6 and 10."""
+    return statistics.median(float(json.loads((data_dir / name).read_text())["summary"]["tpotMeanMs"]) for name in FP8_TPOT_C1_FILES)
+
+
+def fit_fp8_activation_quant(tpot_c1_ms: float, cal: Calibration) -> float:
+    """``compute.fp8ActivationQuantNsPerHidden`` that makes the 70B fp8's decode step at one sequence (mean
+    context of a 1,024/256 request) last ``tpot_c1_ms``, every other constant held. The step is GPU-bound and
+    the cost adds to it linearly, so one evaluation without the cost gives it; never below 0."""
+    model = llama70b_fp8_h200_tp1(replace(cal, compute=replace(cal.compute, fp8_activation_quant_ns_per_hidden=0.0)))
+    step_ms = model.step_time(decode_work(1, MEAN_DECODE_CONTEXT)).seconds * 1e3
+    shape = model.shape
+    return max(0.0, (tpot_c1_ms - step_ms) * 1e6 / (shape.hidden_size * shape.num_layers))
+
+
 def fit_fp8_compute_efficiency(compositions: list[StepComposition], ttft_c1_ms: float, cal: Calibration) -> float:
     """The fraction of the fp8 datasheet rate that reproduces the 70B fp8 trace's fitted prefill steps
     (1,024 tokens and more) and the unprofiled TTFT at c1, every other constant held:
@@ -542,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         floor_step, floor_seq = fit_cpu_floor(load_cpu_floor_itl_p50_ms(args.data_dir), load_1b_c1_tpots_ms(args.data_dir))
         cal = replace(cal, serving=replace(cal.serving, cpu_floor_us_per_step=floor_step, cpu_floor_us_per_seq=floor_seq))
+        quant = fit_fp8_activation_quant(load_fp8_tpot_c1_ms(args.data_dir), cal)
+        cal = replace(cal, compute=replace(cal.compute, fp8_activation_quant_ns_per_hidden=quant))
         fp8 = fit_fp8_compute_efficiency(load_fp8_compositions(args.data_dir), load_fp8_ttft_c1_ms(args.data_dir), cal)
         cal = replace(cal, compute=replace(cal.compute, fp8_compute_efficiency=fp8))
         row_factors = fit_fp8_gemm_row_factors(load_gemm_rows(args.data_dir))
@@ -559,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
                     "overheadUsPerLayer": c.overhead_us_per_layer,
                     "overheadUsPerSampledSeq": c.overhead_us_per_sampled_seq,
                     "fp8ComputeEfficiency": c.fp8_compute_efficiency,
+                    "fp8ActivationQuantNsPerHidden": c.fp8_activation_quant_ns_per_hidden,
                 }
             )
         )

@@ -269,8 +269,13 @@ class PerfModel:
         self._graph_max_tokens = deployment.cuda_graph_max_tokens
         # vLLM's fp8 linear layers (dense models on fp8 tensor cores) change kernel with the step's rows;
         # routed experts run other kernels and the lm_head stays bf16, so only the dense linear bytes scale.
-        self._fp8_rows = c.fp8_gemm_row_factors if hardware.fp8_compute and not shape.num_experts else ()
+        dense_fp8 = hardware.fp8_compute and not shape.num_experts
+        self._fp8_rows = c.fp8_gemm_row_factors if dense_fp8 else ()
         self._fp8_linear_bytes = min(shape.active_params_per_token_per_layer * self._stage_layers / tp, deployment.weight_bytes_per_gpu)
+        # Online fp8 quantizes each linear layer's input rows every step (latency-bound at decode sizes).
+        # Not divided by TP: no fp8 capture above TP1 exists, and latency-bound kernels do not shrink with their rows.
+        if dense_fp8:
+            self._overhead += c.fp8_activation_quant_ns_per_hidden * shape.hidden_size * self._stage_layers * 1e-9
 
     # -- pieces ----------------------------------------------------------------------------
     def _weights_read(self, tokens: int) -> float:

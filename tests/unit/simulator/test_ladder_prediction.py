@@ -57,8 +57,8 @@ def test_bands_grow_with_tp_and_over_pcie() -> None:
     t, p, s = lp.bands(Tier(4), "nvlink")
     assert (round(t, 3), round(p, 3), s) == (0.17, 0.5, 0.14)
     assert lp.bands(Tier(4), "pcie")[2] == 0.322
-    assert lp.bands(Tier(1), "nvlink", fp8=True) == (0.10, 0.36, 0.0)
-    assert round(lp.bands(Tier(2), "nvlink", fp8=True)[0], 3) == 0.24
+    assert lp.bands(Tier(1), "nvlink", fp8=True) == (0.06, 0.36, 0.0)
+    assert round(lp.bands(Tier(2), "nvlink", fp8=True)[0], 3) == 0.2
 
 
 def test_an_fp8_experiment_is_predicted_with_the_fp8_band() -> None:

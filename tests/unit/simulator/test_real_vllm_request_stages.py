@@ -97,8 +97,8 @@ def test_the_decode_steps_unprofiled_are_the_models() -> None:
     # With asynchronous scheduling a GPU-bound step's launch-to-launch interval is its GPU time: decode steps (full
     # CUDA graphs) at each closed loop's full batch, without a profiler. The 8B's and the 14B's within 3 % (the 14B's
     # at 8 is 9.23 ms, where run 18b's trace, 9.70 ms, ran above the load's whole TPOT: the profiler's cost, not
-    # the model's error), the 70B fp8's within 6 % (its step at 32, 29.5 ms, is longer than at 64, 28.0: fp8's
-    # kernels by rows). The 1B's are vLLM's CPU time, which the floor puts at the median host speed, and run 19's
+    # the model's error), the 70B fp8's within 4 % (its step at 32, 29.5 ms, is longer than at 64, 28.0: fp8's
+    # kernels by rows; 3.7-5.9 % short before the activation quantization, fitted to other runs' TPOT, was modelled). The 1B's are vLLM's CPU time, which the floor puts at the median host speed, and run 19's
     # host ran slower.
     rows = stages.unprofiled_decode_rows()
     assert {(r["run"], r["seqs"]) for r in rows} == {(run, n) for run, loads in stages.DECODE_LOADS.items() for _, n in loads}
@@ -106,10 +106,8 @@ def test_the_decode_steps_unprofiled_are_the_models() -> None:
         assert r["steps"] >= (50 if r["run"] == "70b-fp8" else 400), r
         if r["run"] == "1b":
             assert -0.25 < r["error"] < 0.0, r
-        elif r["run"] == "70b-fp8":
-            assert abs(r["error"]) < 0.06, r
         else:
-            assert abs(r["error"]) < 0.03, r
+            assert abs(r["error"]) < (0.04 if r["run"] == "70b-fp8" else 0.03), r
     # and the 8B's 8,192-token prefill steps
     for label in ("c32", "c128"):
         big = [x for x in stages.launches("8b", label) if x.tokens >= 8000]

@@ -26,6 +26,7 @@ from kneepoint.simulator.calibration_vllm import (
     PROMPT,
     fit,
     fit_cpu_floor,
+    fit_fp8_activation_quant,
     fit_fp8_compute_efficiency,
     fit_fp8_gemm_row_factors,
     h200_model,
@@ -37,6 +38,7 @@ from kneepoint.simulator.calibration_vllm import (
     load_decode_only_itl_p50_ms,
     load_fp8_compositions,
     load_fp8_decode_itl_p50_ms,
+    load_fp8_tpot_c1_ms,
     load_fp8_ttft_c1_ms,
     load_gemm_rows,
     load_held_out_14b_compositions,
@@ -280,20 +282,41 @@ def test_the_shipped_fp8_row_factors_are_the_fit() -> None:
     assert fitted[0] == (16, 1.0) and max(f for _, f in fitted) > 2.0
 
 
-def test_the_8b_fp8_decode_step_is_within_10_percent_of_run_12b() -> None:
+def test_the_8b_fp8_decode_step_is_within_5_percent_of_run_12b() -> None:
     """Held out: nothing was fitted to the 8B fp8 engine. Its decode-dominated loads' inter-token latency P50
     against the model's decode step with host time, c8-c96 (c128's ITLs are the API server's chunks: its
-    TPOT mean, 6.17 ms, is below its ITL P50)."""
+    TPOT mean, 6.17 ms, is below its ITL P50). The activation quantization fitted on the 70B (80 layers of
+    8,192) carries over to the 8B (32 of 4,096): without it every step is 2.7-8.4 % short."""
     model = h200_model(CAL, "llama-3-8b", dtype="fp8")
     flat = h200_model(replace(CAL, compute=replace(CAL.compute, fp8_gemm_row_factors=())), "llama-3-8b", dtype="fp8")
+    unquantized = h200_model(replace(CAL, compute=replace(CAL.compute, fp8_activation_quant_ns_per_hidden=0.0)), "llama-3-8b", dtype="fp8")
     itl = load_fp8_decode_itl_p50_ms(DATA)
     assert itl[24] > 1.2 * itl[16] and itl[48] < itl[24]  # real vLLM: slower at 24 sequences than at 48
-    missed = []
+    missed, short = [], []
     for conc, real in itl.items():
         if conc > 96:
             continue
         work = decode_work(conc, FP8_DECODE_CONTEXT)
-        assert model.step_time(work).seconds * 1e3 == pytest.approx(real, rel=0.10), conc
+        assert model.step_time(work).seconds * 1e3 == pytest.approx(real, rel=0.05), conc
         if abs(flat.step_time(work).seconds * 1e3 / real - 1) > 0.10:
             missed.append(conc)
-    assert missed == [24, 32, 40, 96]  # what the memory-bound model alone gets wrong (96: the tile for 65-128 rows)
+        if unquantized.step_time(work).seconds * 1e3 < real:
+            short.append(conc)
+    assert missed == [24, 32]  # what the memory-bound model alone gets wrong (the tile for 17-64 rows)
+    assert short == [c for c in itl if c <= 96]
+
+
+def test_the_shipped_fp8_activation_quant_is_the_fit_and_moves_dense_fp8_engines_only() -> None:
+    tpot = load_fp8_tpot_c1_ms(DATA)
+    assert 20.5 < tpot < 20.7  # runs 5, 6 and 10: 20.79, 20.57, 20.58 ms
+    assert fit_fp8_activation_quant(tpot, CAL) == pytest.approx(CAL.compute.fp8_activation_quant_ns_per_hidden, rel=0.01)
+    model = llama70b_fp8_h200_tp1(CAL)
+    assert model.step_time(decode_work(1, MEAN_DECODE_CONTEXT)).seconds * 1e3 == pytest.approx(tpot, rel=0.005)
+    # 80 layers of 8,192: about 0.8 ms a step, what run 10's trace shows the fused quantizing kernels add
+    # (28 µs a layer against the 8B bf16's 8 µs of norm and SiLU kernels)
+    none = replace(CAL, compute=replace(CAL.compute, fp8_activation_quant_ns_per_hidden=0.0))
+    step = decode_work(1, MEAN_DECODE_CONTEXT)
+    added = model.gpu_step_time(step).seconds - llama70b_fp8_h200_tp1(none).gpu_step_time(step).seconds
+    assert 0.7e-3 < added < 0.9e-3
+    # bf16 engines do not quantize
+    assert h200_model(CAL, "llama-3-8b").gpu_step_time(step).seconds == h200_model(none, "llama-3-8b").gpu_step_time(step).seconds
