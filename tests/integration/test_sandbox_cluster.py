@@ -298,3 +298,27 @@ def test_a_port_taken_by_another_program_is_named(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert f"port 127.0.0.1:{port} is taken by pid {os.getpid()}" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_node_that_goes_not_ready_comes_back_with_its_addresses(sandbox: Any) -> None:
+    """Stop 31's CI: the nodes went NotReady while the API server restarted (their leases late), KWOK's
+    node-initialize stage set them Ready again and cleared their addresses, and the API server, which dials a
+    node's InternalIP for pod logs, answered every log read of h200-0 with 500 "no preferred addresses found"."""
+    node = "l40s-0"
+    with sandbox.api_client() as api:
+        core = client.CoreV1Api(api)
+        before = core.read_node_status(node).status
+        assert any(a.type == "InternalIP" for a in before.addresses or []), before.addresses
+        not_ready = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KneepointTest", "message": "lease late"}]}}
+        core.patch_node_status(node, not_ready)
+        deadline = time.monotonic() + 30
+        while True:
+            status = core.read_node_status(node).status
+            ready = next(c for c in status.conditions if c.type == "Ready")
+            if (ready.status == "True" and ready.reason != "KneepointTest") or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert ready.status == "True", ready  # KWOK set it Ready again
+        assert [(a.type, a.address) for a in status.addresses or []] == [(a.type, a.address) for a in before.addresses]
+        assert status.daemon_endpoints.kubelet_endpoint.port == before.daemon_endpoints.kubelet_endpoint.port
+        assert status.allocatable == before.allocatable

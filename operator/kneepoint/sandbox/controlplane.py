@@ -251,7 +251,7 @@ def _up_locked(
     except pki.PkiError as exc:
         raise SandboxError(str(exc)) from exc
     pki.write_kubeconfigs(paths, ports.apiserver)
-    _write_kwok_config(paths)
+    kwok_changed = _write_kwok_config(paths)
     prometheus_changed = _write_prometheus_config(paths, ports)
     binary_paths = {**bins.as_dict(), **({"lws": str(lws_binary)} if lws_binary else {})}
     paths.sandbox_file.write_text(
@@ -277,7 +277,7 @@ def _up_locked(
             # The default ServiceAccount proves the controller-manager works end to end.
             _wait_default_service_account(sandbox)
             _apply_kwok_crds(sandbox, bins.kubectl, say)
-        _ensure_component(sandbox, name, commands[name], health[name], env, say)
+        _ensure_component(sandbox, name, commands[name], health[name], env, say, config_changed=name == "kwok" and kwok_changed)
         if name == "lws":
             _apply_lws_webhooks(sandbox, bins.kubectl, say)
         if name == "kwok":
@@ -323,22 +323,31 @@ def _live(sandbox: Sandbox, name: str) -> processes.Record | None:
     return record if processes.live_process(record) is not None else None
 
 
-def _ensure_component(sandbox: Sandbox, name: str, argv: list[str], health: flags.Health, env: Mapping[str, str], say: Say) -> None:
+PORT_FREE_WAIT_SECONDS = 5.0
+
+
+def _ensure_component(
+    sandbox: Sandbox, name: str, argv: list[str], health: flags.Health, env: Mapping[str, str], say: Say, config_changed: bool = False
+) -> None:
     paths = sandbox.paths
     record = _live(sandbox, name)
     if record is not None:
         same = _same_command(record.argv, argv)
-        if same and processes.probe(health, paths.pki)[0]:
+        if same and not config_changed and processes.probe(health, paths.pki)[0]:
             if record.start_ticks is None:  # a pid file from before start ticks: record them while its start time still matches
                 dataclasses.replace(record, start_ticks=processes.start_ticks(record.pid)).save(paths.pid(name))
             say(f"[sandbox] {name}: running (pid {record.pid}), reused")
             return
-        why = "its command line changed" if not same else "it is not healthy"
+        why = "its command line changed" if not same else "its configuration changed" if config_changed else "it is not healthy"
         say(f"[sandbox] {name}: restarting pid {record.pid} ({why})")
         left = processes.stop([record], marker=None)
         if left:
             raise SandboxError(f"{name}: could not stop {', '.join(left)}")
     for port in flags.listen_ports(sandbox.ports)[name]:
+        # A component just stopped (restarted above) can hold its listener for a moment while it exits.
+        deadline = time.monotonic() + PORT_FREE_WAIT_SECONDS
+        while processes.port_in_use(port) and time.monotonic() < deadline:
+            time.sleep(0.2)
         if processes.port_in_use(port):
             raise SandboxError(
                 f"{name}: port {HOST}:{port} is taken by {processes.port_owner(port)}, not by this sandbox; "
@@ -362,9 +371,10 @@ def _same_command(recorded: list[str], wanted: list[str]) -> bool:
     return os.path.realpath(recorded[0]) == os.path.realpath(wanted[0])
 
 
-def _write_kwok_config(paths: StatePaths) -> None:
+def _write_kwok_config(paths: StatePaths) -> bool:
+    """Write KWOK's stages; True when they changed (KWOK reads them only when it starts)."""
     stages = importlib.resources.files("kneepoint.data").joinpath("sandbox/kwok-stages.yaml").read_text()
-    _write_if_changed(paths.kwok_config, stages)
+    return _write_if_changed(paths.kwok_config, stages)
 
 
 def _write_prometheus_config(paths: StatePaths, ports: Ports) -> bool:
