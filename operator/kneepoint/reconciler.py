@@ -96,15 +96,31 @@ class EngineLogCache:
 
     max_entries: int = 512
     entries: dict[str, str | None] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
 
     def get(self, key: str) -> tuple[bool, str | None]:
         return (key in self.entries, self.entries.get(key))
 
     def put(self, key: str, text: str | None) -> None:
+        self.failures.pop(key, None)
         self.entries.pop(key, None)
         self.entries[key] = text
         while len(self.entries) > self.max_entries:
             del self.entries[next(iter(self.entries))]
+
+    def failed(self, key: str) -> int:
+        """Count one more read of ``key``'s log that raised; returns how many have."""
+        self.failures[key] = self.failures.get(key, 0) + 1
+        while len(self.failures) > self.max_entries:
+            del self.failures[next(iter(self.failures))]
+        return self.failures[key]
+
+
+LOG_READ_ATTEMPTS = 3
+"""Passes in a row whose read of one failed run's log may raise (a 5xx, a broken connection) before the
+termination message decides alone. The pass that raises is retried with the handler's back-off (10, 20,
+40 s), so a brief API-server error costs one retry and a log the API server keeps failing (a node it
+cannot reach: 500 "no preferred addresses found") stalls the tier about a minute, not for ever."""
 
 
 SLOW_PASS_SECONDS = 1.0
@@ -484,13 +500,27 @@ class Reconciler:
         for run in pod_status.failed_engine_runs(pods, manifests.ENGINE_CONTAINER)[: pod_status.MAX_LOG_READS_PER_PASS]:
             known, text = self.engine_logs.get(run.key)
             if not known:
-                text = await self.reader.container_log(
-                    namespace, run.pod, run.container, run.previous, pod_status.LOG_TAIL_LINES, pod_status.LOG_LIMIT_BYTES
-                )
-                if text is None and run.previous:
+                try:
                     text = await self.reader.container_log(
-                        namespace, run.pod, run.container, False, pod_status.LOG_TAIL_LINES, pod_status.LOG_LIMIT_BYTES
+                        namespace, run.pod, run.container, run.previous, pod_status.LOG_TAIL_LINES, pod_status.LOG_LIMIT_BYTES
                     )
+                    if text is None and run.previous:
+                        text = await self.reader.container_log(
+                            namespace, run.pod, run.container, False, pod_status.LOG_TAIL_LINES, pod_status.LOG_LIMIT_BYTES
+                        )
+                except Exception as exc:
+                    attempts = self.engine_logs.failed(run.key)
+                    if attempts < LOG_READ_ATTEMPTS:
+                        raise
+                    log.warning(
+                        "%s/%s: the log of engine container %s could not be read in %d passes (%s); its termination message decides",
+                        namespace,
+                        run.pod,
+                        run.container,
+                        attempts,
+                        " ".join(str(exc).split())[:300] or type(exc).__name__,
+                    )
+                    text = None
                 if text is not None:
                     # Keep vLLM's line only (it classifies as the whole log does), not up to a MiB per run.
                     cause = pod_status.classify_engine_output(text)

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from fake_cluster import FakeApi, node
+from kubernetes.client.rest import ApiException
 
-from kneepoint.reconciler import Reconciler
+from kneepoint.reconciler import LOG_READ_ATTEMPTS, Reconciler
 from kneepoint.settings import OperatorSettings
 
 NOW = 1_800_000_000.0
@@ -135,4 +136,61 @@ def test_no_log_at_all_leaves_the_termination_message_which_names_no_cause() -> 
     status = _run(api, 4)
     tp1 = status["tiers"][0]
     # Not recorded as does-not-fit from the API server's pointer alone; the crash loop goes on.
+    assert tp1.get("doesNotFit") is not True and tp1["phase"] == "Deploying", tp1
+
+
+class FailingLogApi(LogApi):
+    """The API server answers the first ``failures`` log reads with 500, as the sandbox's did for a node it had
+    lost the address of ("no preferred addresses found; known addresses: []", stop 31's CI)."""
+
+    def __init__(self, log: str | None, failures: int) -> None:
+        super().__init__(log)
+        self.failures = failures
+
+    async def container_log(
+        self, namespace: str, pod: str, container: str, previous: bool, tail_lines: int, limit_bytes: int
+    ) -> str | None:
+        if self.failures > 0:
+            self.failures -= 1
+            self.log_reads.append((container, previous))
+            raise ApiException(status=500, reason="Internal Server Error")
+        return await super().container_log(namespace, pod, container, previous, tail_lines, limit_bytes)
+
+
+def _passes(api: LogApi, passes: int) -> tuple[dict[str, Any], int]:
+    """Like _run, counting the passes that raised (the handler retries them)."""
+    api.objects["llama70b"] = _experiment()
+    clock = [NOW]
+    r = Reconciler(api, api, OperatorSettings(), clock=lambda: clock[0])  # type: ignore[arg-type]
+    raised = 0
+
+    async def go() -> None:
+        nonlocal raised
+        for _ in range(passes):
+            try:
+                await r.reconcile("llama70b", "ns")
+            except ApiException:
+                raised += 1
+            clock[0] += 5
+
+    asyncio.run(go())
+    return api.objects["llama70b"]["status"], raised
+
+
+def test_a_brief_log_read_error_is_retried_and_the_log_still_decides() -> None:
+    api = FailingLogApi(REAL_70B, failures=1)
+    status, raised = _passes(api, 5)
+    assert raised == 1
+    assert status["tiers"][0]["doesNotFit"] is True, status["tiers"][0]
+    assert api.log_reads == [("engine", True), ("engine", True)]
+
+
+def test_a_log_the_api_keeps_failing_is_given_up_after_its_attempts() -> None:
+    api = FailingLogApi(REAL_70B, failures=100)
+    status, raised = _passes(api, 6)
+    # LOG_READ_ATTEMPTS reads raise; the passes before the last one fail and are retried, then the termination
+    # message decides alone (it names no cause: the crash loop goes on) and the run's log is not asked again.
+    assert raised == LOG_READ_ATTEMPTS - 1
+    assert len(api.log_reads) == LOG_READ_ATTEMPTS
+    tp1 = status["tiers"][0]
     assert tp1.get("doesNotFit") is not True and tp1["phase"] == "Deploying", tp1
