@@ -345,7 +345,7 @@ def _ensure_component(
             raise SandboxError(f"{name}: could not stop {', '.join(left)}")
     for port in flags.listen_ports(sandbox.ports)[name]:
         # A component just stopped (restarted above) can hold its listener for a moment while it exits.
-        deadline = time.monotonic() + PORT_FREE_WAIT_SECONDS
+        deadline = time.monotonic() + (PORT_FREE_WAIT_SECONDS if record is not None else 0.0)
         while processes.port_in_use(port) and time.monotonic() < deadline:
             time.sleep(0.2)
         if processes.port_in_use(port):
