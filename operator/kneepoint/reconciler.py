@@ -105,15 +105,17 @@ class EngineLogCache:
         self.failures.pop(key, None)
         self.entries.pop(key, None)
         self.entries[key] = text
-        while len(self.entries) > self.max_entries:
-            del self.entries[next(iter(self.entries))]
+        self._trim(self.entries)
 
     def failed(self, key: str) -> int:
         """Count one more read of ``key``'s log that raised; returns how many have."""
         self.failures[key] = self.failures.get(key, 0) + 1
-        while len(self.failures) > self.max_entries:
-            del self.failures[next(iter(self.failures))]
+        self._trim(self.failures)
         return self.failures[key]
+
+    def _trim(self, table: dict[str, Any]) -> None:
+        while len(table) > self.max_entries:
+            del table[next(iter(table))]
 
 
 LOG_READ_ATTEMPTS = 3

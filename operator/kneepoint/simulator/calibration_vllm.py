@@ -318,9 +318,14 @@ def llama70b_fp8_h200_tp1(cal: Calibration) -> PerfModel:
     return h200_model(cal, FP8_PRESET, max_num_seqs=FP8_MAX_NUM_SEQS, dtype="fp8")
 
 
+def _fp8_c1_median_ms(data_dir: Path, figure: str) -> float:
+    """One summary figure of the 70B fp8's lone 1,024/256 loads (runs 5, 6 and 10): their median."""
+    return statistics.median(float(json.loads((data_dir / name).read_text())["summary"][figure]) for name in FP8_TTFT_FILES)
+
+
 def load_fp8_ttft_c1_ms(data_dir: Path) -> float:
     """Real vLLM's TTFT P50 of a lone 1,024-token prompt on the 70B fp8: the median of runs 5, 6 and 10."""
-    return statistics.median(float(json.loads((data_dir / name).read_text())["summary"]["ttftP50Ms"]) for name in FP8_TTFT_FILES)
+    return _fp8_c1_median_ms(data_dir, "ttftP50Ms")
 
 
 GEMM_ROW_FILES = ("h200-gemm-by-rows-r12.jsonl", "h200-gemm-by-rows-r12b.jsonl")
@@ -360,13 +365,10 @@ def fit_fp8_gemm_row_factors(layers: dict[tuple[str, int], dict[int, float]]) ->
     return tuple((m, round(statistics.mean(rs), 3)) for m, rs in sorted(ratios.items()))
 
 
-FP8_TPOT_C1_FILES = FP8_TTFT_FILES
-"""The 70B fp8's lone 1,024/256 loads (runs 5, 6, 10): their TPOT means fit ``fp8ActivationQuantNsPerHidden``."""
-
-
 def load_fp8_tpot_c1_ms(data_dir: Path) -> float:
-    """Real vLLM's TPOT mean of a lone 1,024/256 request on the 70B fp8: the median of runs 5, 6 and 10."""
-    return statistics.median(float(json.loads((data_dir / name).read_text())["summary"]["tpotMeanMs"]) for name in FP8_TPOT_C1_FILES)
+    """Real vLLM's TPOT mean of a lone 1,024/256 request on the 70B fp8 (the median of runs 5, 6 and 10): what
+    ``fp8ActivationQuantNsPerHidden`` is fitted to."""
+    return _fp8_c1_median_ms(data_dir, "tpotMeanMs")
 
 
 def fit_fp8_activation_quant(tpot_c1_ms: float, cal: Calibration) -> float:
