@@ -7,7 +7,10 @@ subprocess with its metrics on loopback, creates ``--experiments`` ParallelismEx
 more with nothing to do:
 
 - reconcile latency p50/p99: the operator's own ``kneepoint_reconcile_duration_seconds``
-  histogram (quantiles interpolated within buckets, as PromQL's histogram_quantile);
+  histogram (quantiles interpolated within buckets, as PromQL's histogram_quantile), and the
+  same per part of a pass (``kneepoint_reconcile_part_seconds{part}``) and per API round trip
+  by HTTP verb (``kneepoint_api_request_duration_seconds{verb}``, client side): whether a slow
+  pass is the operator's work or the API server's answer;
 - API requests per experiment: ``kneepoint_api_requests_total`` by method, while the
   experiments run and while idle;
 - watch connections: the kube-apiserver's ``apiserver_longrunning_requests{verb="WATCH"}``
@@ -213,6 +216,26 @@ def api_requests(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
 
 def reconcile_buckets(samples: list[tuple[str, dict[str, str], float]]) -> list[tuple[float, float]]:
     return [(float(labels["le"]), v) for name, labels, v in samples if name == "kneepoint_reconcile_duration_seconds_bucket"]
+
+
+def buckets_by_label(samples: list[tuple[str, dict[str, str], float]], metric: str, label: str) -> dict[str, list[tuple[float, float]]]:
+    """A labelled histogram's cumulative buckets, per value of ``label``."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for name, labels, v in samples:
+        if name == f"{metric}_bucket" and label in labels:
+            out.setdefault(labels[label], []).append((float(labels["le"]), v))
+    return out
+
+
+def quantiles_by_label(samples: list[tuple[str, dict[str, str], float]], metric: str, label: str) -> str:
+    """'value p50 / p99 ms (count)' for each label value, most samples first."""
+    rows = []
+    for value, buckets in buckets_by_label(samples, metric, label).items():
+        total = max((c for _, c in buckets), default=0.0)
+        if total:
+            p50, p99 = (histogram_quantile(q, buckets) * 1000 for q in (0.5, 0.99))
+            rows.append((total, f"{value} {p50:.0f} / {p99:.0f} ms ({total:.0f})"))
+    return ", ".join(text for _, text in sorted(rows, key=lambda r: -r[0])) or "none"
 
 
 def scalar(samples: list[tuple[str, dict[str, str], float]], metric: str) -> float:
@@ -648,6 +671,14 @@ def main(argv: list[str] | None = None) -> int:
                 for bound, count in sorted(buckets_busy)
                 if not math.isinf(bound)
             ),
+        ),
+        (
+            "pass time by part, p50 / p99 (histogram; passes)",
+            quantiles_by_label(busy, "kneepoint_reconcile_part_seconds", "part"),
+        ),
+        (
+            "the operator's API round trips, p50 / p99 (client side; requests)",
+            quantiles_by_label(busy, "kneepoint_api_request_duration_seconds", "verb"),
         ),
         ("operator CPU-seconds per pass", f"{cpu_active / max(passes, 1) * 1000:.1f} ms ({cpu_active:.1f} s / {passes:.0f} passes)"),
         ("API requests per experiment (until all decided)", f"{total_busy / n:.1f} ({total_busy:.0f} in all)"),

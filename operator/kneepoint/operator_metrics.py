@@ -1,8 +1,10 @@
 """The operator's own Prometheus metrics (served on ``--metrics-port``, default 8080).
 
 What a platform team watches: experiments by phase, tiers measured, GPU-minutes spent,
-reconcile passes, errors and durations, and Kubernetes API requests by client method
-(the figure that shows the operator does not poll the API in a loop).
+reconcile passes, errors and durations (whole, and by part of a pass), and Kubernetes API
+requests by client method (the figure that shows the operator does not poll the API in a
+loop) with their round-trip times by HTTP verb (what tells a slow API server from a slow
+operator).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 PHASES = ("Pending", "Planning", "Profiling", "Decided", "Failed")
+PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+API_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)  # to the API server's 60 s request timeout
 
 
 class OperatorMetrics:
@@ -30,13 +34,29 @@ class OperatorMetrics:
         self.duration = Histogram(
             "kneepoint_reconcile_duration_seconds",
             "Duration of one reconcile pass (observe, step, apply, write).",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            buckets=PASS_BUCKETS,
+            registry=self.registry,
+        )
+        self.pass_parts = Histogram(
+            "kneepoint_reconcile_part_seconds",
+            "Where a reconcile pass spent its time, by part: fleet_read (waiting for the shared node and pod read), "
+            "capacity_lock (waiting for another experiment's capacity check), observe_and_decide (reads, mostly from "
+            "the cache, and the ladder's step), writes (creates, deletes and the status patch, awaited).",
+            ["part"],
+            buckets=PASS_BUCKETS,
             registry=self.registry,
         )
         self.api_requests = Counter(
             "kneepoint_api_requests_total",
             "Kubernetes API requests made by the reconciler, by client method (read_namespaced_job, ...).",
             ["method"],
+            registry=self.registry,
+        )
+        self.api_latency = Histogram(
+            "kneepoint_api_request_duration_seconds",
+            "Kubernetes API round trips of the reconciler, client side (in its worker thread, failed ones too), by HTTP verb.",
+            ["verb"],
+            buckets=API_BUCKETS,
             registry=self.registry,
         )
         self.leader = Gauge(

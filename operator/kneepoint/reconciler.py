@@ -129,6 +129,14 @@ SLOW_PASS_SECONDS = 1.0
 """A pass at least this long logs where its time went."""
 
 
+class PredictionPending(Exception):
+    """The plan's prediction is still being computed: the pass ends without a step."""
+
+
+# The parts of a pass (kneepoint_reconcile_part_seconds{part}; the slow-pass log line names them with spaces).
+PART_FLEET_READ, PART_CAPACITY_LOCK, PART_OBSERVE, PART_WRITES = "fleet_read", "capacity_lock", "observe_and_decide", "writes"
+
+
 class Reconciler:
     """Reconciles experiments; one instance per operator process, shared by all experiments."""
 
@@ -140,7 +148,11 @@ class Reconciler:
         prometheus_factory: Callable[[str, float], PrometheusReader] | None = None,
         clock: Callable[[], float] = time.time,
         metrics: OperatorMetrics | None = None,
+        on_ready: Callable[[str, str], None] | None = None,
     ):
+        """``on_ready(namespace, name)`` wakes an experiment's daemon. Given, a plan pass whose prediction is still
+        being computed ends at once and the experiment is woken when it is ready; without it (tools and tests that
+        drive :meth:`reconcile` themselves) the pass waits for the prediction."""
         self.reader = reader
         self.writer = writer
         self.settings = settings
@@ -158,6 +170,11 @@ class Reconciler:
         self._predicting: dict[tuple[object, ...], asyncio.Task[LadderPrediction]] = {}
         """Predictions being computed, by what they are a function of: like experiments planned at
         once (a GitOps apply of many) wait for one computation instead of each running its own."""
+        self.on_ready = on_ready
+        self._waiting: dict[tuple[object, ...], set[tuple[str, str]]] = {}
+        """Experiments (namespace, name) to wake when the prediction of that key is ready."""
+        self._prediction_failures: dict[tuple[str, str], BaseException] = {}
+        """A failed prediction's error, raised once in the next pass of each experiment that waited for it."""
 
     # ------------------------------------------------------------------ entry point
     async def reconcile(self, name: str, namespace: str) -> float | None:
@@ -187,6 +204,11 @@ class Reconciler:
             timing: dict[str, float] = {}  # where this pass spent its time, by part (logged when it is slow)
             try:
                 step = await self._pass(body, timing)
+            except PredictionPending:
+                # No step until the prediction is ready: the computation's end wakes this experiment (on_ready),
+                # so the daemon sleeps instead of holding a pass open for seconds of simulation.
+                log.debug("%s/%s: predicting the ladder on the simulator; woken when it is ready", namespace, name)
+                step = None
             except Exception:
                 self.metrics.errors.inc()
                 raise
@@ -194,8 +216,10 @@ class Reconciler:
                 took = time.perf_counter() - started
                 self.metrics.duration.observe(took)
                 self.metrics.passes.inc()
+                for part, seconds in timing.items():
+                    self.metrics.pass_parts.labels(part).observe(seconds)
                 if took >= SLOW_PASS_SECONDS:  # where a slow pass spent its time: API round trips, the lock, a prediction
-                    parts = ", ".join(f"{k} {v:.2f} s" for k, v in timing.items())
+                    parts = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in timing.items())
                     log.info("%s/%s: pass took %.2f s (%s)", namespace, name, took, parts or "before its reads")
             if step is None:
                 return None
@@ -232,10 +256,10 @@ class Reconciler:
             # follow (Deployment, status, events) run after it, so one experiment's writes
             # never hold up another's capacity check.
             await self._fleet_lists()  # any wait for a fleet read happens here, outside the lock
-            timing["fleet read"] = time.perf_counter() - mark
+            timing[PART_FLEET_READ] = time.perf_counter() - mark
             mark = time.perf_counter()
             async with self.ledger.lock:
-                timing["capacity lock"] = time.perf_counter() - mark
+                timing[PART_CAPACITY_LOCK] = time.perf_counter() - mark
                 mark = time.perf_counter()
                 obs = await self._observe(name, namespace, uid, spec, status, generation, need, fleet_wait=False)
                 step = reconcile_step(spec, status, obs, self.settings.ladder)
@@ -243,12 +267,12 @@ class Reconciler:
         else:
             obs = await self._observe(name, namespace, uid, spec, status, generation, need)
             step = reconcile_step(spec, status, obs, self.settings.ladder)
-        timing["observe and decide"] = time.perf_counter() - mark
+        timing[PART_OBSERVE] = time.perf_counter() - mark
         mark = time.perf_counter()
         try:
             return await self._apply_and_write(body, spec, status, old_status_json, obs, step)
         finally:
-            timing["writes"] = time.perf_counter() - mark
+            timing[PART_WRITES] = time.perf_counter() - mark
 
     async def _apply_and_write(
         self,
@@ -425,7 +449,7 @@ class Reconciler:
             not_scraped = await self._scrape_check(spec, name, namespace, need.scrape_check.tier, need.scrape_check.load_test_started, now)
         prediction = None
         if need.prediction is not None and product and gpu is not None and arch is not None and not missing:
-            prediction = await self._predict(spec, need.prediction.tiers, product, gpu, fleet, arch_json)
+            prediction = await self._predict(spec, need.prediction.tiers, product, gpu, fleet, arch_json, (namespace, name))
 
         return Observations(
             now=now,
@@ -449,9 +473,19 @@ class Reconciler:
         )
 
     async def _predict(
-        self, spec: ExperimentSpec, tiers: tuple[Tier, ...], product: str, gpu: Any, fleet: Any, arch_json: str | None
+        self,
+        spec: ExperimentSpec,
+        tiers: tuple[Tier, ...],
+        product: str,
+        gpu: Any,
+        fleet: Any,
+        arch_json: str | None,
+        waiter: tuple[str, str],
     ) -> LadderPrediction:
-        """Predict-first: the whole ladder on the engine simulator (CPU, seconds; in a thread, off the event loop)."""
+        """Predict-first: the whole ladder on the engine simulator (CPU, seconds; in a thread, off the event loop).
+
+        A prediction already made is returned at once. Otherwise its computation is started (or joined) and, with
+        ``on_ready``, :class:`PredictionPending` ends the pass; ``waiter`` is woken when the computation ends."""
         links = [d.interconnect for d in fleet.domains] if fleet is not None and fleet.domains else []
         interconnect = max(set(links), key=links.count) if links else (gpu.interconnect or "nvlink")
         if spec.simulation.interconnect != "auto" and spec.mode == "Simulate":
@@ -460,13 +494,32 @@ class Reconciler:
             interconnect = "pcie"  # a mixed node: the slower link bounds the band
         args = {tier: manifests.vllm_args(spec, tier) for tier in tiers}
         key = ladder_prediction.prediction_key(spec, args, product, interconnect, arch_json)
+        failure = self._prediction_failures.pop(waiter, None)
+        if failure is not None:
+            raise failure  # the handler's back-off, then a new computation
+        made = ladder_prediction.cached_prediction(key)
+        if made is not None:
+            return made
         task = self._predicting.get(key)
         if task is None:
             task = asyncio.ensure_future(asyncio.to_thread(ladder_prediction.predict_ladder, spec, args, product, interconnect, arch_json))
             self._predicting[key] = task
-            task.add_done_callback(lambda _: self._predicting.pop(key, None))
-        # shielded: one experiment's pass cancelled (its daemon stopped) leaves the others' computation running
-        return await asyncio.shield(task)
+            task.add_done_callback(lambda done: self._prediction_done(key, done))
+        if self.on_ready is None or task.done():
+            # shielded: one experiment's pass cancelled (its daemon stopped) leaves the others' computation running
+            return await asyncio.shield(task)
+        self._waiting.setdefault(key, set()).add(waiter)
+        raise PredictionPending(key)
+
+    def _prediction_done(self, key: tuple[object, ...], task: asyncio.Task[LadderPrediction]) -> None:
+        self._predicting.pop(key, None)
+        waiters = self._waiting.pop(key, set())
+        failure = RuntimeError("the prediction was cancelled") if task.cancelled() else task.exception()
+        for waiter in waiters:
+            if failure is not None:
+                self._prediction_failures[waiter] = failure
+            if self.on_ready is not None:
+                self.on_ready(*waiter)
 
     async def _load_test(self, namespace: str, name: str, tier: Tier, attempt: int) -> LoadTestState:
         """The load-test Job of this attempt: whether it exists, its outcome and the summary its pod left."""

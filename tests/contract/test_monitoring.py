@@ -77,7 +77,7 @@ KNOWN_METRICS = (
 KNOWN_LABELS = {
     "namespace", "pod", "container", "node", "experiment", "tier",  # target labels (scrape-config.yaml)
     "exported_namespace", "exported_pod",  # dcgm-exporter's own, renamed (honor_labels: false)
-    "le", "model_name", "engine", "gpu", "phase", "method",  # the metrics' own labels
+    "le", "model_name", "engine", "gpu", "phase", "method", "part", "verb",  # the metrics' own labels
 }  # fmt: skip # one row per source of labels
 PROMQL_WORDS = {
     "sum", "max", "min", "avg", "count", "rate", "increase", "irate", "histogram_quantile", "label_replace",

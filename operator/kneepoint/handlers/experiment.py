@@ -20,6 +20,7 @@ import kopf
 from kubernetes import client, config
 
 from kneepoint.kube import child_cache, naming
+from kneepoint.kube.api_timing import time_requests
 from kneepoint.kube.child_cache import ChildCache
 from kneepoint.kube.child_reader import ChildReader
 from kneepoint.kube.child_writer import ChildWriter
@@ -60,6 +61,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # `kneepoint operator` serves /metrics before the election (a standby is Ready too); else serve here.
     served = memo.get("metrics")
     metrics = served or OperatorMetrics()
+    time_requests(api, lambda verb, seconds: metrics.api_latency.labels(verb).observe(seconds))
     count = metrics.api_requests
     elector = memo.get("elector")  # set by `kneepoint operator` once it leads; absent in tools that drive kopf themselves
     memo.cache = cache = ChildCache()
@@ -68,6 +70,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         ChildWriter(api, on_request=lambda method: count.labels(method).inc(), fence=elector.fence if elector else None, cache=cache),
         operator_settings,
         metrics=metrics,
+        on_ready=lambda namespace, name: _wake_if_running(memo, namespace, name),
     )
     if served is None:
         serve_metrics(metrics, operator_settings)
@@ -89,6 +92,13 @@ def serve_metrics(metrics: OperatorMetrics, settings: OperatorSettings) -> None:
 
 def _wakeup(memo: kopf.Memo, namespace: str, experiment: str) -> asyncio.Event:
     return memo.wakeups.setdefault((namespace, experiment), asyncio.Event())
+
+
+def _wake_if_running(memo: kopf.Memo, namespace: str, experiment: str) -> None:
+    """Wake an experiment's daemon (none left, none made: the experiment may be gone)."""
+    wake = memo.wakeups.get((namespace, experiment))
+    if wake is not None:
+        wake.set()
 
 
 async def _sleep(wake: asyncio.Event, stopped: Any, seconds: float) -> None:

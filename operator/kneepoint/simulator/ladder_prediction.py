@@ -127,6 +127,15 @@ def prediction_key(
     return (workload_of(spec), tuple((tier, tuple(args)) for tier, args in engine_args.items()), gpu_product, interconnect, architecture)
 
 
+def cached_prediction(key: tuple[object, ...]) -> LadderPrediction | None:
+    """The prediction already made for ``key`` (:func:`prediction_key`), or None."""
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    return None
+
+
 def predict_ladder(
     spec: ExperimentSpec,
     engine_args: Mapping[Tier, Sequence[str]],
@@ -138,10 +147,9 @@ def predict_ladder(
     (the same inputs again: the prediction already made)."""
     workload = workload_of(spec)
     key = prediction_key(spec, engine_args, gpu_product, interconnect, architecture)
-    with _cache_lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
+    made = cached_prediction(key)
+    if made is not None:
+        return made
     prediction = _predict_ladder(workload, engine_args, gpu_product, interconnect, architecture)
     with _cache_lock:
         _cache[key] = prediction

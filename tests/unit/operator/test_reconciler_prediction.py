@@ -87,3 +87,76 @@ def test_like_experiments_planned_at_once_share_one_prediction(monkeypatch: Any)
         status = ExperimentStatus.from_dict(api.objects[n].get("status"))
         assert status.prediction is not None and status.prediction.predicted_tier == "TP1"
     assert not r._predicting  # nothing left in flight
+
+
+def test_with_a_daemon_to_wake_the_plan_pass_does_not_wait_for_the_prediction(monkeypatch: Any) -> None:
+    # The operator's daemons: a plan pass whose prediction is not made yet ends at once (no status written), the
+    # computation's end wakes the experiment, and the next pass plans with it.
+    from kneepoint.simulator import ladder_prediction
+
+    monkeypatch.setattr(ladder_prediction, "_cache", type(ladder_prediction._cache)())
+    api = FakeApi([node("h200-0")])
+    api.objects["x"] = experiment()
+    woken: list[tuple[str, str]] = []
+
+    async def run() -> tuple[float | None, float | None]:
+        event = asyncio.Event()
+        r = Reconciler(
+            api,  # type: ignore[arg-type]
+            api,  # type: ignore[arg-type]
+            OperatorSettings(),
+            clock=lambda: 1_800_000_000.0,
+            on_ready=lambda ns, name: (woken.append((ns, name)), event.set()),
+        )
+        api.ledger_lock = r.ledger.lock
+        first = await r.reconcile("x", "ns")
+        assert "status" not in api.objects["x"] and r._predicting  # nothing written; the prediction is computing
+        await asyncio.wait_for(event.wait(), 60)
+        second = await r.reconcile("x", "ns")
+        return first, second
+
+    first, _ = asyncio.run(run())
+    assert first is None and woken == [("ns", "x")]
+    status = ExperimentStatus.from_dict(api.objects["x"].get("status"))
+    assert status.prediction is not None and status.prediction.predicted_tier == "TP1"
+    assert [t.phase for t in status.tiers][1:] == ["Predicted", "Predicted", "Predicted"]
+
+
+def test_a_failed_prediction_wakes_its_waiters_and_fails_their_next_pass_once(monkeypatch: Any) -> None:
+    from kneepoint.simulator import ladder_prediction
+
+    monkeypatch.setattr(ladder_prediction, "_cache", type(ladder_prediction._cache)())
+    attempts: list[int] = []
+
+    def broken(*_: Any) -> Any:
+        attempts.append(1)
+        raise ValueError("the simulator cannot start this engine")
+
+    monkeypatch.setattr(ladder_prediction, "predict_ladder", broken)
+    api = FakeApi([node("h200-0")])
+    api.objects["x"] = experiment()
+
+    async def run() -> None:
+        event = asyncio.Event()
+        r = Reconciler(
+            api,  # type: ignore[arg-type]
+            api,  # type: ignore[arg-type]
+            OperatorSettings(),
+            clock=lambda: 1_800_000_000.0,
+            on_ready=lambda ns, name: event.set(),
+        )
+        api.ledger_lock = r.ledger.lock
+        assert await r.reconcile("x", "ns") is None
+        await asyncio.wait_for(event.wait(), 60)
+        try:
+            await r.reconcile("x", "ns")
+        except ValueError as exc:
+            assert "cannot start" in str(exc)  # the daemon logs it and backs off, as for any failed pass
+        else:
+            raise AssertionError("the failed prediction was not raised")
+        event.clear()
+        assert await r.reconcile("x", "ns") is None  # after the back-off: a new computation
+        await asyncio.wait_for(event.wait(), 60)
+
+    asyncio.run(run())
+    assert len(attempts) == 2

@@ -10,8 +10,10 @@ from typing import Any
 from fake_cluster import FakeApi, node
 
 from kneepoint.handlers.experiment import _sleep
-from kneepoint.reconciler import Reconciler
+from kneepoint.reconciler import PART_CAPACITY_LOCK, PART_FLEET_READ, PART_OBSERVE, PART_WRITES, Reconciler
 from kneepoint.settings import OperatorSettings
+
+PARTS = (PART_FLEET_READ, PART_CAPACITY_LOCK, PART_OBSERVE, PART_WRITES)
 
 
 def experiment(name: str) -> dict[str, Any]:
@@ -225,3 +227,22 @@ def test_the_watch_handlers_that_fill_the_cache_run_on_the_event_loop():
     from kneepoint.handlers import experiment as handlers
 
     assert inspect.iscoroutinefunction(handlers.child_changed) and inspect.iscoroutinefunction(handlers.experiment_changed)
+
+
+def test_every_pass_records_where_its_time_went_by_part():
+    # kneepoint_reconcile_part_seconds: a pass that checks capacity has all four parts, each sample
+    # no longer than the pass it belongs to.
+    api = FakeApi([node("h200-0")])
+    clock = [1_800_000_000.0]
+    api.objects["a"] = experiment("a")
+    r = reconciler(api, clock)
+    asyncio.run(r.reconcile("a", "ns"))
+    registry = r.metrics.registry
+    passes = registry.get_sample_value("kneepoint_reconcile_duration_seconds_count")
+    whole = registry.get_sample_value("kneepoint_reconcile_duration_seconds_sum")
+    assert passes and passes >= 2  # planned, then deployed
+    counts = {p: registry.get_sample_value("kneepoint_reconcile_part_seconds_count", {"part": p}) for p in PARTS}
+    assert counts[PART_OBSERVE] == passes and counts[PART_WRITES] == passes
+    assert counts[PART_FLEET_READ] == counts[PART_CAPACITY_LOCK] and 1 <= counts[PART_FLEET_READ] < passes  # not the plan pass
+    for p in PARTS:
+        assert (registry.get_sample_value("kneepoint_reconcile_part_seconds_sum", {"part": p}) or 0.0) <= whole
