@@ -15,7 +15,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +127,42 @@ cannot reach: 500 "no preferred addresses found") stalls the tier about a minute
 
 SLOW_PASS_SECONDS = 1.0
 """A pass at least this long logs where its time went."""
+
+
+def action_waves(actions: Sequence[Any]) -> list[list[Any]]:
+    """A step's actions in order, cut into waves whose actions touch different objects and may run at once.
+
+    A tier's creates and deletes touch that tier's children (by its labels), a cleanup every child, the
+    recommendation only its ConfigMap; an action that touches what one in the current wave touches starts
+    the next wave, so a delete-collection never runs beside a create it could catch."""
+    waves: list[list[Any]] = []
+    touched: set[str] = set()
+    for action in actions:
+        mine = _touches(action)
+        if not waves or _overlap(mine, touched):
+            waves.append([])
+            touched = set()
+        waves[-1].append(action)
+        touched |= mine
+    return waves
+
+
+_RECOMMENDATION, _EVERY_CHILD = "recommendation", "*"
+
+
+def _touches(action: Any) -> set[str]:
+    """What an action writes: its tier's children (by tier name), every child, or the recommendation."""
+    if isinstance(action, PublishRecommendation):
+        return {_RECOMMENDATION}
+    tier = None if isinstance(action, DeleteAllChildren) else getattr(action, "tier", None)
+    return {_EVERY_CHILD} if tier is None else {tier.name}
+
+
+def _overlap(a: set[str], b: set[str]) -> bool:
+    children_a, children_b = a - {_RECOMMENDATION}, b - {_RECOMMENDATION}
+    if _EVERY_CHILD in a | b:
+        return bool(children_a and children_b) or bool(a & b)
+    return bool(a & b)
 
 
 class PredictionPending(Exception):
@@ -287,8 +323,12 @@ class Reconciler:
         name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
         new_status = step.status
         owner = manifests.Owner(name, namespace, uid)
-        for action in step.actions:
-            new_status = await self._apply(action, spec, owner, new_status, obs)
+        for wave in action_waves(step.actions):
+            # Actions on different objects at once; their order kept where they touch the same children.
+            results = await asyncio.gather(*(self._apply(action, spec, owner, new_status, obs) for action in wave))
+            changed = [r for r in results if r is not new_status]
+            if changed:
+                new_status = changed[-1]  # only PublishRecommendation edits status, and a wave holds one at most
         self.broker.hold_place(uid, obs.gpu_product, is_waiting_for_gpus(new_status), new_status.waiting_since)
         step = dataclasses.replace(step, status=new_status)
         await self._write(body, old_json, step)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kneepoint.core import concurrency_search, reasons
-from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, PublishRecommendation
+from kneepoint.core.actions import DeleteTier, EnsureEngine, PublishRecommendation
 from kneepoint.core.decision import decide
 from kneepoint.core.ladder_state import (
     ACTIVE_TIER_PHASES,
@@ -102,7 +102,7 @@ def finish(p: Pass, budget_stopped: bool) -> None:
         p.condition(reasons.FAILED, "True", reason, why[:1000])
         p.event(reason, why[:1000], warning=True)
         p.status = replace(p.status, finished_at=p.now, message=why[:300])
-        p.actions.append(DeleteAllChildren())
+        p.delete_all_children()
         return
     if p.spec.mode == "Simulate":
         decision = replace(decision, simulated=True)
@@ -117,9 +117,9 @@ def finish(p: Pass, budget_stopped: bool) -> None:
     if keep:
         winner_result = p.status.tier(winner.name)
         p.actions.append(EnsureEngine(winner, group_size=group_size(p.spec, winner_result) if winner_result else 1))
-        p.actions.append(DeleteAllChildren(keep_tier=winner))
+        p.delete_all_children(keep_tier=winner)
     else:
-        p.actions.append(DeleteAllChildren())
+        p.delete_all_children()
     p.actions.append(PublishRecommendation(decision))
     sim = " (simulated)" if p.spec.mode == "Simulate" else ""
     p.event(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kneepoint.core import reasons, stop_rules
-from kneepoint.core.actions import DeleteAllChildren, PublishRecommendation
+from kneepoint.core.actions import PublishRecommendation
 from kneepoint.core.decision import decide
 from kneepoint.core.ladder_state import ACTIVE_TIER_PHASES, Pass, tier_of
 from kneepoint.core.predict_first import reopen_for_rule_change
@@ -15,7 +15,7 @@ from kneepoint.core.timestamps import parse_rfc3339
 
 
 def restart_for_spec_change(p: Pass, spec_hash: str, after_failure: bool = False) -> Pass:
-    p.actions.append(DeleteAllChildren())
+    p.delete_all_children()
     p.event(
         reasons.SPEC_CHANGED,
         "The spec changed after the experiment failed: starting the ladder again"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kneepoint.core import reasons
-from kneepoint.core.actions import Action, EventRecord
+from kneepoint.core.actions import Action, DeleteAllChildren, DeleteTier, EventRecord
 from kneepoint.core.apifields import to_json
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.memory_estimate import MemoryEstimate, estimate_tier
@@ -213,6 +213,13 @@ class Pass:
 
     def requeue(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+    # -- actions
+    def delete_all_children(self, keep_tier: Tier | None = None) -> None:
+        """Delete every child (but ``keep_tier``'s engine); a teardown of another tier asked for earlier in this
+        pass is covered by it and dropped (the same requests twice, one round of them after the other)."""
+        self.actions = [a for a in self.actions if not (isinstance(a, DeleteTier) and a.tier != keep_tier)]
+        self.actions.append(DeleteAllChildren(keep_tier=keep_tier))
 
     def step(self) -> Step:
         # Every pass judges the whole status against the current spec, so every condition

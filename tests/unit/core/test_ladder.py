@@ -39,6 +39,18 @@ def test_plan_skips_tiers_that_cannot_fit_without_deploying():
     assert d.status.phase == "Profiling" and d.status.measured_spec_hash == measurement_hash(d.spec)
 
 
+def test_a_kept_winner_keeps_its_own_teardown_and_engine_and_the_rest_is_deleted_in_one_round():
+    # cleanup.winner Keep: the last tier measured (TP1, the winner) is torn down and its engine ensured again, as
+    # before; the cleanup excludes it by name. Only teardowns of other tiers would be covered, and dropped.
+    d = Driver(make_spec("llama-3-8b", cleanup={"winner": "Keep"}))
+    d.step()  # plan
+    r = d.measure("tp1-pp1", tok_s=4500, p99_ms=9000, kv=0.06)
+    assert d.status.decided_tier == "TP1"
+    deletes = [a for a in r.actions if isinstance(a, (DeleteTier, DeleteAllChildren))]
+    assert deletes == [DeleteTier(Tier(1, 1)), DeleteAllChildren(keep_tier=Tier(1, 1))]
+    assert EnsureEngine(Tier(1, 1)) in r.actions
+
+
 def test_small_model_stops_at_tp1_by_memory_headroom_and_cleans_up():
     d = Driver(make_spec("llama-3-8b"))
     d.step()  # plan
@@ -52,7 +64,8 @@ def test_small_model_stops_at_tp1_by_memory_headroom_and_cleans_up():
     # needed = weights + 6 % of the KV pool + overhead: far below what DCGM shows allocated
     assert 15 < tp1.peak_memory_gi_b < 30 and tp1.allocated_memory_gi_b == 125.0
     assert tp1.gpu_minutes == pytest.approx((30 + 70 + 20) / 60, rel=0.01)
-    assert DeleteTier(Tier(1, 1)) in r.actions and DeleteAllChildren() in r.actions
+    # The last tier's teardown is covered by the cleanup of every child: one round of deletes, not two.
+    assert DeleteAllChildren() in r.actions and not any(isinstance(a, DeleteTier) for a in r.actions)
     assert any(isinstance(a, PublishRecommendation) for a in r.actions)
     assert any(e.reason == reasons.DECISION_MADE for e in r.events)
     assert d.status.decided_tier == "TP1"

@@ -9,8 +9,10 @@ from typing import Any
 
 from fake_cluster import FakeApi, node
 
+from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, EnsureLoadTest, PublishRecommendation
+from kneepoint.core.tiers import Tier
 from kneepoint.handlers.experiment import _sleep
-from kneepoint.reconciler import PART_CAPACITY_LOCK, PART_FLEET_READ, PART_OBSERVE, PART_WRITES, Reconciler
+from kneepoint.reconciler import PART_CAPACITY_LOCK, PART_FLEET_READ, PART_OBSERVE, PART_WRITES, Reconciler, action_waves
 from kneepoint.settings import OperatorSettings
 
 PARTS = (PART_FLEET_READ, PART_CAPACITY_LOCK, PART_OBSERVE, PART_WRITES)
@@ -246,3 +248,20 @@ def test_every_pass_records_where_its_time_went_by_part():
     assert counts[PART_FLEET_READ] == counts[PART_CAPACITY_LOCK] and 1 <= counts[PART_FLEET_READ] < passes  # not the plan pass
     for p in PARTS:
         assert (registry.get_sample_value("kneepoint_reconcile_part_seconds_sum", {"part": p}) or 0.0) <= whole
+
+
+def test_a_steps_actions_run_at_once_where_they_touch_different_objects():
+    tp1, tp2 = Tier(1, 1), Tier(2, 1)
+    publish = PublishRecommendation(decision=None)  # type: ignore[arg-type]  # the waves never look inside
+    # The last pass of a ladder: the cleanup and the recommendation's ConfigMap at once.
+    assert action_waves([DeleteAllChildren(), publish]) == [[DeleteAllChildren(), publish]]
+    # Different tiers' children at once.
+    assert action_waves([DeleteTier(tp1), EnsureEngine(tp2)]) == [[DeleteTier(tp1), EnsureEngine(tp2)]]
+    # A load test's retry: the old Job's delete-collection (by the tier's labels) must not catch the new Job.
+    retry = [DeleteTier(tp1, keep_engine=True), EnsureLoadTest(tp1, 2)]
+    assert action_waves(retry) == [[retry[0]], [retry[1]]]
+    # A kept winner: its teardown, its engine again, then the cleanup that spares it, beside the recommendation.
+    keep = [DeleteTier(tp1), EnsureEngine(tp1), DeleteAllChildren(keep_tier=tp1), publish]
+    assert action_waves(keep) == [[keep[0]], [keep[1]], [keep[2], publish]]
+    assert action_waves([EnsureEngine(tp2), DeleteAllChildren()]) == [[EnsureEngine(tp2)], [DeleteAllChildren()]]
+    assert action_waves([]) == []
