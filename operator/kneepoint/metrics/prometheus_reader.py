@@ -7,7 +7,9 @@ import logging
 import time
 from typing import Any
 
+import requests
 from prometheus_api_client import PrometheusConnect
+from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from kneepoint.core.observations import MetricWindow
@@ -16,6 +18,8 @@ from kneepoint.metrics import promql
 log = logging.getLogger("kneepoint.metrics")
 MIB = 1024**2
 GIB = 1024**3
+CONNECTIONS = 32
+"""Connections kept to one Prometheus: as many as the operator's API threads, which run the queries."""
 
 
 def _scalar(result: list[dict[str, Any]]) -> float | None:
@@ -57,7 +61,13 @@ class PrometheusReader:
         self._clock = clock
         # No client-side retries: the ladder retries on its own schedule (and says so in a
         # condition); the client's default 3 retries with back-off cost ~6 s per refused pass.
-        self._prom = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0, connect=0, read=0, status=0))
+        retry = Retry(total=0, connect=0, read=0, status=0)
+        session = requests.Session()
+        self._prom = PrometheusConnect(url=url, disable_ssl=True, retry=retry, session=session)
+        session.verify = False  # as disable_ssl does for a session of the client's own
+        # A window's queries run at once, several experiments' too: requests' 10 pooled connections
+        # would be opened and discarded ("Connection pool is full") past that.
+        session.mount(self._prom.url, HTTPAdapter(max_retries=retry, pool_connections=1, pool_maxsize=CONNECTIONS))
 
     def _query(self, expr: str, at: float) -> list[dict[str, Any]]:
         return self._prom.custom_query(query=expr, params={"time": f"{at:.3f}", "timeout": f"{self.timeout:.0f}s"})
@@ -74,23 +84,30 @@ class PrometheusReader:
         # over a range back to the test's start.
         now = max(end, self._clock())
         trace_queries = promql.trace_queries(namespace, pod_prefix, promql.range_seconds(start, now, self.scrape_interval))
-        values: dict[str, float | None] = {}
-        try:
-            pool_series = await asyncio.to_thread(self._query, promql.cache_config_query(namespace, pod_prefix, seconds).expr, end)
-            for q in queries:
-                values[q.name] = _scalar(await asyncio.to_thread(self._query, q.expr, end))
-            for q in trace_queries:
-                values[q.name] = _scalar(await asyncio.to_thread(self._query, q.expr, now))
-            per_gpu: dict[str, tuple[float, ...]] = {}
-            for q in promql.per_gpu_queries(namespace, pod_prefix, seconds):
-                result = await asyncio.to_thread(self._query, q.expr, end)
-                if q.name in (promql.PCIE_TX, promql.PCIE_RX):
-                    values[q.name] = _scalar(result)
-                else:
-                    per_gpu[q.name] = _vector(result)
-        except Exception as exc:  # noqa: BLE001 - connection refused, timeouts, HTTP errors: all mean "not now"
-            log.warning("Prometheus at %s failed: %s", self.url, exc)
-            return MetricWindow(error=f"{type(exc).__name__}: {exc}"[:300])
+        per_gpu_queries = promql.per_gpu_queries(namespace, pod_prefix, seconds)
+        asked = [
+            (promql.cache_config_query(namespace, pod_prefix, seconds), end),
+            *((q, end) for q in queries),
+            *((q, now) for q in trace_queries),
+            *((q, end) for q in per_gpu_queries),
+        ]
+        # All at once: a window is a dozen instant queries, and one after another they cost a dozen round trips
+        # (seconds of a pass against a busy or distant Prometheus).
+        answers = await asyncio.gather(*(asyncio.to_thread(self._query, q.expr, at) for q, at in asked), return_exceptions=True)
+        failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:  # connection refused, timeouts, HTTP errors: all mean "not now"
+            log.warning("Prometheus at %s failed: %s", self.url, failed)
+            return MetricWindow(error=f"{type(failed).__name__}: {failed}"[:300])
+        got = [a for a in answers if not isinstance(a, BaseException)]  # every one, none failed
+        pool_series = got[0]
+        results = dict(zip((q.name for q, _ in asked[1:]), got[1:], strict=True))
+        values: dict[str, float | None] = {q.name: _scalar(results[q.name]) for q in (*queries, *trace_queries)}
+        per_gpu: dict[str, tuple[float, ...]] = {}
+        for q in per_gpu_queries:
+            if q.name in (promql.PCIE_TX, promql.PCIE_RX):
+                values[q.name] = _scalar(results[q.name])
+            else:
+                per_gpu[q.name] = _vector(results[q.name])
         # NVLink byte counters are not in dcgm-exporter's default CSV: their absence is
         # reported per tier but never delays the ladder. The trace figures are required: the
         # ladder waits for them up to its metrics deadline (the sidecar publishes after the

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kneepoint.metrics import promql
@@ -56,3 +59,30 @@ async def test_untraced_tiers_do_not_wait_for_the_trace_figures() -> None:
     assert (await reader.window("ns", "exp-tp8-pp2", 1000.0, 1200.0)).missing != ()
     w = await reader.window("ns", "exp-tp8-pp2", 1000.0, 1200.0, traced=False)
     assert promql.COMM_FRACTION not in w.missing and w.comm_fraction is None
+
+
+async def test_a_windows_queries_are_in_flight_together_and_one_failure_is_the_windows_error() -> None:
+    # Every query waits until all twelve have been asked: one after another they would never finish. The
+    # operator's loop runs them on its 32 API threads (handlers.experiment.configure); the test gives it 16.
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=16))
+    reader = PrometheusReader("http://prom:9090", clock=lambda: 1300.0)
+    expected = 1 + len(promql.window_queries("ns", "p", 60)) + len(promql.trace_queries("ns", "p", 60))
+    expected += len(promql.per_gpu_queries("ns", "p", 60))
+    arrived = threading.Barrier(expected, timeout=10)
+
+    def query(expr: str, at: float) -> list[dict[str, Any]]:
+        arrived.wait()
+        return answers(expr)
+
+    reader._query = query  # type: ignore[method-assign]
+    w = await reader.window("ns", "exp-tp2-pp1", 1000.0, 1200.0)
+    assert w.error is None and w.comm_fraction == 0.19 and w.gpu_utilization_by_gpu == (0.92, 0.60)
+
+    def refused(expr: str, at: float) -> list[dict[str, Any]]:
+        if promql.KV_USAGE in expr:
+            raise ConnectionError("connection refused")
+        return answers(expr)
+
+    reader._query = refused  # type: ignore[method-assign]
+    w = await reader.window("ns", "exp-tp2-pp1", 1000.0, 1200.0)
+    assert w.error == "ConnectionError: connection refused"
