@@ -89,6 +89,13 @@ def test_like_experiments_planned_at_once_share_one_prediction(monkeypatch: Any)
     assert not r._predicting  # nothing left in flight
 
 
+def woken_reconciler(api: FakeApi, on_ready: Any) -> Reconciler:
+    """A reconciler as the operator's daemons have it: told how to wake an experiment."""
+    r = Reconciler(api, api, OperatorSettings(), clock=lambda: 1_800_000_000.0, on_ready=on_ready)  # type: ignore[arg-type]
+    api.ledger_lock = r.ledger.lock
+    return r
+
+
 def test_with_a_daemon_to_wake_the_plan_pass_does_not_wait_for_the_prediction(monkeypatch: Any) -> None:
     # The operator's daemons: a plan pass whose prediction is not made yet ends at once (no status written), the
     # computation's end wakes the experiment, and the next pass plans with it.
@@ -101,14 +108,7 @@ def test_with_a_daemon_to_wake_the_plan_pass_does_not_wait_for_the_prediction(mo
 
     async def run() -> tuple[float | None, float | None]:
         event = asyncio.Event()
-        r = Reconciler(
-            api,  # type: ignore[arg-type]
-            api,  # type: ignore[arg-type]
-            OperatorSettings(),
-            clock=lambda: 1_800_000_000.0,
-            on_ready=lambda ns, name: (woken.append((ns, name)), event.set()),
-        )
-        api.ledger_lock = r.ledger.lock
+        r = woken_reconciler(api, lambda ns, name: (woken.append((ns, name)), event.set()))
         first = await r.reconcile("x", "ns")
         assert "status" not in api.objects["x"] and r._predicting  # nothing written; the prediction is computing
         await asyncio.wait_for(event.wait(), 60)
@@ -138,14 +138,7 @@ def test_a_failed_prediction_wakes_its_waiters_and_fails_their_next_pass_once(mo
 
     async def run() -> None:
         event = asyncio.Event()
-        r = Reconciler(
-            api,  # type: ignore[arg-type]
-            api,  # type: ignore[arg-type]
-            OperatorSettings(),
-            clock=lambda: 1_800_000_000.0,
-            on_ready=lambda ns, name: event.set(),
-        )
-        api.ledger_lock = r.ledger.lock
+        r = woken_reconciler(api, lambda ns, name: event.set())
         assert await r.reconcile("x", "ns") is None
         await asyncio.wait_for(event.wait(), 60)
         try:
