@@ -108,7 +108,12 @@ def test_with_a_daemon_to_wake_the_plan_pass_does_not_wait_for_the_prediction(mo
 
     async def run() -> tuple[float | None, float | None]:
         event = asyncio.Event()
-        r = woken_reconciler(api, lambda ns, name: (woken.append((ns, name)), event.set()))
+
+        def wake(ns: str, name: str) -> None:
+            woken.append((ns, name))
+            event.set()
+
+        r = woken_reconciler(api, wake)
         first = await r.reconcile("x", "ns")
         assert "status" not in api.objects["x"] and r._predicting  # nothing written; the prediction is computing
         await asyncio.wait_for(event.wait(), 60)
