@@ -238,6 +238,15 @@ def quantiles_by_label(samples: list[tuple[str, dict[str, str], float]], metric:
     return ", ".join(text for _, text in sorted(rows, key=lambda r: -r[0])) or "none"
 
 
+_SLOW_PASS = re.compile(r"pass took ([0-9.]+) s")
+
+
+def longest_pass(log: Path) -> str:
+    """The longest pass the operator logged (it logs every pass of a second or more), and how many it logged."""
+    took = [float(m.group(1)) for m in _SLOW_PASS.finditer(log.read_text(errors="replace"))]
+    return f"{max(took):.2f} s ({len(took)} passes of 1 s or more)" if took else "none of 1 s or more"
+
+
 def scalar(samples: list[tuple[str, dict[str, str], float]], metric: str) -> float:
     return sum(v for name, _, v in samples if name == metric)
 
@@ -672,6 +681,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not math.isinf(bound)
             ),
         ),
+        ("longest pass (the operator's log: passes of 1 s or more)", longest_pass(log_path)),
         (
             "pass time by part, p50 / p99 (histogram; passes)",
             quantiles_by_label(busy, "kneepoint_reconcile_part_seconds", "part"),
