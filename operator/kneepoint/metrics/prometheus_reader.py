@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -98,9 +98,8 @@ class PrometheusReader:
         if failed is not None:  # connection refused, timeouts, HTTP errors: all mean "not now"
             log.warning("Prometheus at %s failed: %s", self.url, failed)
             return MetricWindow(error=f"{type(failed).__name__}: {failed}"[:300])
-        got = [a for a in answers if not isinstance(a, BaseException)]  # every one, none failed
-        pool_series = got[0]
-        results = dict(zip((q.name for q, _ in asked[1:]), got[1:], strict=True))
+        pool_series, *rest = cast(list[list[dict[str, Any]]], answers)  # none failed
+        results = {q.name: r for (q, _), r in zip(asked[1:], rest, strict=True)}
         values: dict[str, float | None] = {q.name: _scalar(results[q.name]) for q in (*queries, *trace_queries)}
         per_gpu: dict[str, tuple[float, ...]] = {}
         for q in per_gpu_queries:
