@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from kneepoint.core import reasons
-from kneepoint.core.actions import DeleteAllChildren, DeleteTier, EnsureEngine, EnsureLoadTest
+from kneepoint.core.actions import ConfirmLoad, DeleteAllChildren, DeleteTier, EnsureEngine, EnsureLoadTest
 from kneepoint.core.architectures import architecture_from_spec, preset_names
 from kneepoint.core.decision import decide
 from kneepoint.core.gpus import find_gpu_type
@@ -67,6 +67,7 @@ from kneepoint.core.spec import AdaptiveLoadSpec, ExperimentSpec, StopRulesSpec,
 from kneepoint.core.status import TIER_PENDING, TIER_SKIPPED, ExperimentStatus, set_condition
 from kneepoint.core.tiers import Tier
 from kneepoint.kube.manifests import vllm_args
+from kneepoint.loadgen.expectation import ExpectedFigure
 from kneepoint.simulator.ladder_prediction import adaptive_plan_of, predict_ladder, workload_of
 from kneepoint.simulator.virtual_tier import EngineStart, TierMeasurement, run_load_test, start_engine
 
@@ -349,14 +350,18 @@ class Measurements:
             self._predictions[key] = found
         return found
 
-    def load_test(self, scenario: Scenario, spec: ExperimentSpec, start: EngineStart, stream: str, tier: Tier) -> TierMeasurement:
-        """The Job's load test: the spec's workload, each repeat stopped by spec.load.adaptive's plan when enabled."""
-        key = (scenario.key, spec.load, stream, tier)
+    def load_test(
+        self, scenario: Scenario, spec: ExperimentSpec, start: EngineStart, stream: str, tier: Tier, confirm: ConfirmLoad | None = None
+    ) -> TierMeasurement:
+        """The Job's load test: the spec's workload, each repeat stopped by spec.load.adaptive's plan when enabled, no more
+        repeats after one that confirms predict-first's figures (the Job's --expect) when the ladder asks for it."""
+        key = (scenario.key, spec.load, stream, tier, confirm)
         found = self._tests.get(key)
         if found is None:
             assert start.settings is not None
             began = time.process_time()
-            found = run_load_test(start.settings, workload_of(spec), adaptive_plan_of(spec))
+            expect = [ExpectedFigure(*f) for f in confirm.figures()] if confirm is not None else []
+            found = run_load_test(start.settings, workload_of(spec), adaptive_plan_of(spec), expect)
             self.cpu_seconds += time.process_time() - began
             self._tests[key] = found
         return found
@@ -527,11 +532,11 @@ class VirtualCluster:
         seconds = lm.seconds(total, per_gpu) if start.ok else lm.oom_seconds(total, per_gpu, self.gpu.memory_bytes)
         self.engines[tier] = _Engine(tier, node, now, start, seconds, lm.fetch_seconds(total))
 
-    def ensure_load_test(self, tier: Tier, attempt: int, now: float) -> None:
+    def ensure_load_test(self, tier: Tier, attempt: int, now: float, confirm: ConfirmLoad | None = None) -> None:
         if (tier, attempt) in self.jobs:
             return
         e = self.engines[tier]
-        measurement = self.m.load_test(self.scenario, self.spec, e.start, self.stream, tier)
+        measurement = self.m.load_test(self.scenario, self.spec, e.start, self.stream, tier, confirm)
         self.jobs[(tier, attempt)] = _Job(tier, attempt, now, measurement)
 
     def delete_tier(self, tier: Tier, now: float) -> None:
@@ -554,7 +559,7 @@ class VirtualCluster:
             if isinstance(action, EnsureEngine):
                 self.ensure_engine(action.tier, action.node_name, now)
             elif isinstance(action, EnsureLoadTest):
-                self.ensure_load_test(action.tier, action.attempt, now)
+                self.ensure_load_test(action.tier, action.attempt, now, action.confirm)
             elif isinstance(action, DeleteTier):
                 self.delete_tier(action.tier, now)
             elif isinstance(action, DeleteAllChildren):
@@ -582,6 +587,8 @@ class Variant:
     """What-if (not in the operator): also skip tiers whose estimated KV pool cannot hold the load's concurrency."""
     predict_first: bool = False
     """spec.plan.predictFirst: the plan gets the simulator's prediction of the whole ladder (core/predict_first.py)."""
+    every_repeat: bool = False
+    """spec.plan.stopRepeatsWhenConfirmed false: a tier measured only to confirm the prediction runs every repeat too."""
 
 
 REFERENCE = Variant(
@@ -608,6 +615,15 @@ VARIANTS = (
         adaptive=False,
         predict_first=True,
         description="kneepoint's default: predict the ladder on the simulator, measure what can change the decision",
+    ),
+    Variant(
+        "predict first (every repeat)",
+        skip=True,
+        early_stop=True,
+        adaptive=False,
+        predict_first=True,
+        every_repeat=True,
+        description="lever off: plan.stopRepeatsWhenConfirmed false (a tier measured to confirm runs every repeat too)",
     ),
     Variant(
         "predict first + adaptive",
@@ -745,7 +761,8 @@ def run_ladder(
         load = dataclasses.replace(load, max_attempts=variant.max_attempts)
     if variant.adaptive:
         load = dataclasses.replace(load, adaptive=dataclasses.replace(load.adaptive, enabled=True))
-    spec = dataclasses.replace(spec, load=load, plan=dataclasses.replace(spec.plan, predict_first=variant.predict_first))
+    plan = dataclasses.replace(spec.plan, predict_first=variant.predict_first, stop_repeats_when_confirmed=not variant.every_repeat)
+    spec = dataclasses.replace(spec, load=load, plan=plan)
     ladder_spec = spec if variant.early_stop else dataclasses.replace(spec, stop_rules=NEVER_STOP)
     stream = f"{variant.stream}/{seed}"
     cluster = VirtualCluster(scenario, spec, measurements, stream, load_model)

@@ -89,6 +89,15 @@ def engine_args(max_num_seqs: int, model: str = "8b-tp1") -> list[str]:
     return args
 
 
+def capture_engine_args(capture: dict) -> list[str]:
+    """The replay's engine flags: the model's (engine_args), with the flags the capture's own engine changed
+    (``engineFlags``: run 23's engines were the operator's for each workload's own experiment)."""
+    args = engine_args(MODELS[capture["model"]][2], capture["model"])
+    for flag, value in (capture.get("engineFlags") or {}).items():
+        args[args.index(flag) + 1] = str(value)
+    return args
+
+
 def loadgen_args(config: dict, endpoint: str) -> list[str]:
     """The capture's own load-generator flags, pointed at the simulator."""
     args = [
@@ -135,8 +144,7 @@ def wait_healthy(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> No
 
 
 def run_capture(name: str, capture: dict, port: int, exe: Path) -> dict:
-    model = capture["model"]
-    sim_cmd = [str(exe), "sim", *engine_args(MODELS[model][2], model), "--dcgm-port", "0", "--model-load-seconds", "0"]
+    sim_cmd = [str(exe), "sim", *capture_engine_args(capture), "--dcgm-port", "0", "--model-load-seconds", "0"]
     sim_cmd[sim_cmd.index("--port") + 1] = str(port)
     sim_cmd[sim_cmd.index("--host") + 1] = "127.0.0.1"
     with tempfile.TemporaryDirectory() as tmp:

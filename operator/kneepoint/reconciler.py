@@ -689,7 +689,9 @@ class Reconciler:
                 self.writer.create(manifests.build_engine_service(spec, owner, action.tier)),
             )
         elif isinstance(action, EnsureLoadTest):
-            await self.writer.create(manifests.build_load_test_job(spec, owner, action.tier, action.attempt, build, action.search))
+            await self.writer.create(
+                manifests.build_load_test_job(spec, owner, action.tier, action.attempt, build, action.search, action.confirm)
+            )
         elif isinstance(action, DeleteTier):
             await self.writer.delete_tier(owner.name, owner.namespace, action.tier, action.keep_engine)
         elif isinstance(action, DeleteAllChildren):

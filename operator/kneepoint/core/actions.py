@@ -38,6 +38,24 @@ class SearchLoad:
 
 
 @dataclass(frozen=True)
+class ConfirmLoad:
+    """Predict-first's figures for a tier measured only to confirm them: the load test runs no more repeats after
+    the first whose throughput and P99 lie within their bands (``kneepoint loadgen --expect``)."""
+
+    output_tokens_per_second: float
+    throughput_band: float
+    latency_p99_ms: float | None
+    p99_band: float
+
+    def figures(self) -> tuple[tuple[str, float, float], ...]:
+        """(load-generator summary key, expected value, relative band) of each figure to confirm."""
+        out = [("outputTokensPerSecond", self.output_tokens_per_second, self.throughput_band)]
+        if self.latency_p99_ms:
+            out.append(("latencyP99Ms", self.latency_p99_ms, self.p99_band))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
 class EnsureLoadTest:
     """Create the load-test Job for one attempt if it does not exist."""
 
@@ -45,6 +63,8 @@ class EnsureLoadTest:
     attempt: int
     search: SearchLoad | None = None
     """A short load test of the concurrency search instead of the ladder's."""
+    confirm: ConfirmLoad | None = None
+    """Predict-first: stop repeating once a repeat confirms these figures (plan.stopRepeatsWhenConfirmed)."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from kneepoint.core.observations import (
     START_OUT_OF_MEMORY,
     START_UNSCHEDULABLE,
 )
+from kneepoint.core.predict_first import confirm_load
 from kneepoint.core.rank_balance import rank_balance
 from kneepoint.core.status import (
     PEAK_MEMORY_FROM_ESTIMATE,
@@ -52,6 +53,7 @@ SUMMARY_FIELDS = {
     "latencyP99Ms": "latency_p99_ms",
     "errorFraction": "error_fraction",
     "completed": "completed_requests",
+    "repeats": "repeats_measured",
     "clientLimited": "client_limited",
 }
 
@@ -197,7 +199,7 @@ def tier_deploying(p: Pass, current: TierResult) -> None:
         return
     if engine.ready:
         attempt = 1
-        p.actions.append(EnsureLoadTest(tier, attempt))
+        p.actions.append(EnsureLoadTest(tier, attempt, confirm=confirm_load(p, current)))
         p.put_tier(
             replace(
                 current,
@@ -282,7 +284,7 @@ def tier_load_testing(p: Pass, current: TierResult) -> None:
 
     failure: str | None = None
     if job is None or not job.exists:
-        p.actions.append(EnsureLoadTest(tier, attempt))
+        p.actions.append(EnsureLoadTest(tier, attempt, confirm=confirm_load(p, current)))
         if elapsed > p.spec.budget.load_test_timeout_seconds:
             failure = f"the load-test Job did not appear within {p.spec.budget.load_test_timeout_seconds} s"
         else:
@@ -311,7 +313,7 @@ def tier_load_testing(p: Pass, current: TierResult) -> None:
         return
 
     if attempt < p.spec.load.max_attempts:
-        p.actions.append(EnsureLoadTest(tier, attempt + 1))
+        p.actions.append(EnsureLoadTest(tier, attempt + 1, confirm=confirm_load(p, current)))
         p.put_tier(replace(current, attempts=attempt + 1, load_test_started_at=p.now, reason=f"attempt {attempt} failed: {failure}"))
         p.event(reasons.LOAD_TEST_RETRIED, f"Load test of {tier.label} attempt {attempt} failed ({failure}); retrying", warning=True)
         p.requeue(p.settings.poll_seconds)

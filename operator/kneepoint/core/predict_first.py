@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kneepoint.core import reasons
+from kneepoint.core.actions import ConfirmLoad
 from kneepoint.core.decision import decide
 from kneepoint.core.gpus import GIB
 from kneepoint.core.ladder_state import Pass, estimate, tier_of
@@ -109,28 +110,45 @@ def _memory_ambiguous(tier: TierResult, rules: StopRulesSpec) -> bool:
     return needed * (1 - band) / capacity <= rules.memory_headroom < needed * (1 + band) / capacity
 
 
-def required(p: Pass, tiers: tuple[TierResult, ...]) -> tuple[dict[str, str], str | None, str | None]:
-    """Tiers (name -> why) whose measurement could change the decision on the measured-and-predicted view,
-    with the view's decided tier and rule (None, None: the view decides nothing: measure everything)."""
+@dataclass(frozen=True)
+class Required:
+    """What the decision on the measured-and-predicted view needs measured."""
+
+    need: dict[str, str]
+    """Tier name -> why it is measured."""
+    winner: str | None
+    """The view's decided tier (None: the view decides nothing: measure everything)."""
+    rule: str | None
+    settle: frozenset[str]
+    """Tiers measured to settle a comparison (or the memory share) within the bands: these run every repeat. The rest
+    of ``need`` is measured only to confirm the prediction."""
+
+
+def required(p: Pass, tiers: tuple[TierResult, ...]) -> Required:
+    """Tiers whose measurement could change the decision on the measured-and-predicted view, and why."""
     view = decision_view(tiers, include_pending=True)
     outcome = decide(p.spec, view)
     decision = outcome.decision
     if decision is None:
-        return {}, None, None
+        return Required({}, None, None, frozenset())
     rules = p.spec.stop_rules
     winner = next(t for t in view if t.tensor_parallel == decision.tensor_parallel and t.pipeline_parallel == decision.pipeline_parallel)
     need: dict[str, str] = {winner.name or "": f"the predicted winner ({decision.rule})"}
+    settle: set[str] = set()
     for t in tiers:
         if t.phase == TIER_PENDING and t.prediction is not None and t.prediction.start_failure:
             need.setdefault(t.name or "", "the simulated engine does not start; vLLM's own start check decides fit")
     for step in outcome.steps:
         deciding = step.previous.name == winner.name and decision.rule in STEP_RULES
+        if step.current.gpus > winner.gpus and not deciding:
+            break
+        near = ambiguous(step, rules)
+        if near:
+            # The measured figures decide this comparison: they must be as precise as the full plan makes them.
+            settle.update((step.previous.name or "", step.current.name or ""))
         if deciding:
             need.setdefault(step.current.name or "", f"proves the stop at {tier_label(winner)} ({decision.rule})")
             break
-        if step.current.gpus > winner.gpus:
-            break
-        near = ambiguous(step, rules)
         if near:
             why = f"{step.label} is within the prediction's band of {', '.join(near)}"
             need.setdefault(step.previous.name or "", why)
@@ -138,7 +156,28 @@ def required(p: Pass, tiers: tuple[TierResult, ...]) -> tuple[dict[str, str], st
     first = next((t for t in view if t.phase == TIER_MEASURED), None)
     if first is not None and first.gpus == 1 and decision.rule != MEMORY_HEADROOM and _memory_ambiguous(first, rules):
         need.setdefault(first.name or "", f"{tier_label(first)}'s memory share is within the band of memoryHeadroom")
-    return need, tier_label(winner), decision.rule
+        settle.add(first.name or "")
+    return Required(need, tier_label(winner), decision.rule, frozenset(settle))
+
+
+def _confirm_only(req: Required, name: str | None) -> bool | None:
+    return True if (name or "") in req.need and (name or "") not in req.settle else None
+
+
+def confirm_load(p: Pass, tier: TierResult) -> ConfirmLoad | None:
+    """The figures a tier's load test may stop repeating on (plan.stopRepeatsWhenConfirmed), or None: every repeat."""
+    pred = tier.prediction
+    if (
+        pred is None
+        or not pred.confirm_only
+        or not p.spec.plan.stop_repeats_when_confirmed
+        or p.spec.load.repeats < 2
+        or p.status.prediction is None
+        or p.status.prediction.fallback is not None
+        or not pred.output_tokens_per_second
+    ):
+        return None
+    return ConfirmLoad(pred.output_tokens_per_second, pred.throughput_band, pred.latency_p99_ms, pred.p99_band)
 
 
 def _tier_prediction(p: Pass, tier: TierResult, prediction: LadderPrediction) -> TierPrediction | None:
@@ -182,12 +221,15 @@ def apply_prediction(p: Pass) -> None:
     if prediction is None or not p.spec.plan.predict_first or p.spec.mode != "Measure":
         return
     tiers = tuple(replace(t, prediction=_tier_prediction(p, t, prediction)) if t.phase == TIER_PENDING else t for t in p.status.tiers)
-    need, winner, rule = required(p, tiers)
+    req = required(p, tiers)
+    need, winner, rule = req.need, req.winner, req.rule
     if winner is None:
         p.status = replace(p.status, tiers=tiers)
         return
     out = []
     for t in tiers:
+        if t.phase == TIER_PENDING and t.prediction is not None:
+            t = replace(t, prediction=replace(t.prediction, confirm_only=_confirm_only(req, t.name)))
         if t.phase == TIER_PENDING and t.prediction is not None and t.name not in need:
             why = (
                 f"predicted to fail: {t.prediction.failure}"
@@ -252,6 +294,9 @@ def verify(p: Pass) -> None:
         for other in tiers:
             if other.phase == TIER_PREDICTED:
                 p.put_tier(replace(other, phase=TIER_PENDING, reason="to measure: fallback to the full ladder"))
+            elif other.phase == TIER_PENDING and other.prediction is not None and other.prediction.confirm_only:
+                # The full ladder from here: every tier still to measure runs every repeat.
+                p.put_tier(replace(other, prediction=replace(other.prediction, confirm_only=None)))
         assert t.prediction is not None
         p.put_tier(replace(p.status.tier(t.name or "") or t, prediction=replace(t.prediction, outside_band=why)))
         p.status = replace(p.status, prediction=replace(p.status.prediction, fallback=text))
@@ -260,11 +305,16 @@ def verify(p: Pass) -> None:
         return
     if not any(t.phase == TIER_PREDICTED for t in tiers):
         return
-    need, _, _ = required(p, tiers)
+    req = required(p, tiers)
+    need = req.need
     for t in tiers:
         if t.phase == TIER_PREDICTED and t.name in need:
-            p.put_tier(replace(t, phase=TIER_PENDING, reason=f"to measure: {need[t.name or '']}"))
+            prediction = replace(t.prediction, confirm_only=_confirm_only(req, t.name)) if t.prediction is not None else None
+            p.put_tier(replace(t, phase=TIER_PENDING, reason=f"to measure: {need[t.name or '']}", prediction=prediction))
             p.event(reasons.PREDICTION_MADE, f"{tier_label(t)} is measured after all: {need[t.name or '']}")
+        elif t.phase == TIER_PENDING and t.prediction is not None and t.prediction.confirm_only and t.name in req.settle:
+            # A measurement moved a comparison of this tier within the bands: it now runs every repeat.
+            p.put_tier(replace(t, reason=f"to measure: {need[t.name or '']}", prediction=replace(t.prediction, confirm_only=None)))
     _update_lists(p)
 
 
@@ -284,12 +334,16 @@ def reopen_for_rule_change(p: Pass) -> bool:
     Pending and reopen the ladder (a decision never rests on a comparison the new rules put within a band)."""
     if p.status.prediction is None or not any(t.phase == TIER_PREDICTED for t in p.status.tiers):
         return False
-    need, _, _ = required(p, p.status.tiers)
+    req = required(p, p.status.tiers)
+    need = req.need
     wanted = [t for t in p.status.tiers if t.phase == TIER_PREDICTED and t.name in need]
     if not wanted:
         return False
     for t in wanted:
-        p.put_tier(replace(t, phase=TIER_PENDING, reason=f"to measure after a stop-rule change: {need[t.name or '']}"))
+        prediction = replace(t.prediction, confirm_only=_confirm_only(req, t.name)) if t.prediction is not None else None
+        p.put_tier(
+            replace(t, phase=TIER_PENDING, reason=f"to measure after a stop-rule change: {need[t.name or '']}", prediction=prediction)
+        )
     p.status = replace(p.status, decision=None, decided_tier=None, finished_at=None)
     labels = ", ".join(tier_label(t) for t in wanted)
     p.condition(reasons.DECIDED, "False", reasons.SPEC_CHANGED, f"Stop rules changed: measuring {labels} before deciding again.")

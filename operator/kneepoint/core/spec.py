@@ -474,6 +474,14 @@ class PlanSpec:
         "only (in Simulate mode the measurement is the simulator). false: measure every tier the ladder reaches.",
         default=True,
     )
+    stop_repeats_when_confirmed: bool = api_field(
+        "Predict-first: a tier measured only to confirm the prediction (the predicted winner, the tier that proves its "
+        "stop) runs no more load-test repeats after the first whose output throughput and P99 lie within the "
+        "prediction's bands (the load generator's --expect); a repeat outside a band is followed by the rest, and the "
+        "ladder falls back to every tier. A tier whose comparison is within the bands of a threshold always runs "
+        "load.repeats. false: every measured tier runs load.repeats.",
+        default=True,
+    )
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,13 @@ class TierPrediction:
     outside_band: str | None = api_field(
         "Set once the tier was measured and a figure fell outside its band (the ladder then fell back to every tier).", default=None
     )
+    confirm_only: bool | None = api_field(
+        "True when the tier is measured only to confirm the prediction (the predicted winner, or the tier that proves its "
+        "stop, with no comparison of it within the bands): with plan.stopRepeatsWhenConfirmed its load test runs no more "
+        "repeats after the first whose throughput and P99 lie within their bands. A tier measured to settle a comparison "
+        "within the bands runs every repeat.",
+        default=None,
+    )
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,11 @@ class TierResult:
     latency_p99_ms: float | None = api_field("End-to-end latency P99, ms.", default=None)
     error_fraction: float | None = api_field("Failed requests / all requests of the kept repeat.", default=None)
     completed_requests: int | None = api_field("Requests completed in the kept repeat.", default=None)
+    repeats_measured: int | None = api_field(
+        "Measured repeats the load test ran: load.repeats, or fewer when its first repeat confirmed the prediction "
+        "(prediction.confirmOnly).",
+        default=None,
+    )
     peak_memory_gi_b: float | None = api_field(
         "Needed peak memory per GPU, GiB: weights + KV cache actually used at peak + runtime overhead. The memory rule uses this.",
         default=None,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kneepoint.core import node_labels
-from kneepoint.core.actions import SearchLoad
+from kneepoint.core.actions import ConfirmLoad, SearchLoad
 from kneepoint.core.apifields import to_json
 from kneepoint.core.gpus import find_gpu_type
 from kneepoint.core.memory_estimate import weight_bytes_per_gpu
@@ -582,10 +582,13 @@ def _restricted_security_context() -> dict[str, Any]:
     }
 
 
-def loadgen_args(spec: ExperimentSpec, owner: Owner, tier: Tier, search: SearchLoad | None = None) -> list[str]:
+def loadgen_args(
+    spec: ExperimentSpec, owner: Owner, tier: Tier, search: SearchLoad | None = None, confirm: ConfirmLoad | None = None
+) -> list[str]:
     """The load generator's flags: the same workload for every tier (only the endpoint differs).
 
-    ``search``: a point of the concurrency search: its concurrency and request count, one repeat, no profiled slice."""
+    ``search``: a point of the concurrency search: its concurrency and request count, one repeat, no profiled slice.
+    ``confirm``: predict-first's figures for a tier measured only to confirm them (``--expect``)."""
     args = [
         "--endpoint",
         f"http://{naming.service_host(owner.name, tier, owner.namespace)}:{spec.engine.port}",
@@ -612,7 +615,18 @@ def loadgen_args(spec: ExperimentSpec, owner: Owner, tier: Tier, search: SearchL
         "--no-progress",
         *adaptive_args(spec),
     ]
+    if confirm is not None and not search:
+        args += expect_args(confirm)
     return args if search else args + profile_args(tier)
+
+
+def expect_args(confirm: ConfirmLoad) -> list[str]:
+    """``kneepoint loadgen --expect KEY=VALUE:BAND`` (loadgen/expectation.py) for each predicted figure: no more repeats
+    after one that confirms them all."""
+    out: list[str] = []
+    for key, value, band in confirm.figures():
+        out += ["--expect", f"{key}={value:g}:{band:g}"]
+    return out
 
 
 def adaptive_args(spec: ExperimentSpec) -> list[str]:
@@ -639,7 +653,13 @@ def profile_args(tier: Tier) -> list[str]:
 
 
 def build_load_test_job(
-    spec: ExperimentSpec, owner: Owner, tier: Tier, attempt: int, ctx: BuildContext, search: SearchLoad | None = None
+    spec: ExperimentSpec,
+    owner: Owner,
+    tier: Tier,
+    attempt: int,
+    ctx: BuildContext,
+    search: SearchLoad | None = None,
+    confirm: ConfirmLoad | None = None,
 ) -> dict[str, Any]:
     """One load-test attempt: a Job whose pod writes its summary to the termination message."""
     labels = naming.child_labels(owner.name, tier, naming.ROLE_LOADTEST)
@@ -669,7 +689,7 @@ def build_load_test_job(
                             "name": LOADGEN_CONTAINER,
                             "image": ctx.operator_image,
                             "command": ["kneepoint", "loadgen"],
-                            "args": loadgen_args(spec, owner, tier, search),
+                            "args": loadgen_args(spec, owner, tier, search, confirm),
                             "terminationMessagePath": "/dev/termination-log",
                             "terminationMessagePolicy": "File",
                             "resources": {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},

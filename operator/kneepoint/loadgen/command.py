@@ -31,6 +31,7 @@ from kneepoint.loadgen.adaptive import (
     adaptive_json,
     assess_records,
 )
+from kneepoint.loadgen.expectation import ExpectedFigure, expectation_json, judge_repeat, parse_expectations
 from kneepoint.loadgen.resolve_rules import ENV_VAR as RESOLVE_ENV
 from kneepoint.loadgen.resolve_rules import ResolveRuleError, parse_resolve_rules
 from kneepoint.loadgen.summary import (
@@ -106,6 +107,8 @@ class LoadgenConfig:
     profile_seconds: float = 0.0
     profile_requests: int = 0
     adaptive: AdaptivePlan | None = None
+    expect: tuple[ExpectedFigure, ...] = ()
+    """--expect: stop repeating after the first repeat that confirms every figure (loadgen/expectation.py)."""
 
     def to_json(self) -> dict[str, Any]:
         """The run's configuration as written to --save-json."""
@@ -132,6 +135,7 @@ class LoadgenConfig:
             "profileSeconds": self.profile_seconds,
             "profileRequests": self.profile_requests,
             "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
+            "expect": [f.to_flag() for f in self.expect],
         }
 
 
@@ -199,6 +203,7 @@ def validate(options: dict[str, Any]) -> LoadgenConfig:
             confidence=options.get("adaptive_confidence", DEFAULT_CONFIDENCE),
             min_requests=options.get("adaptive_min_requests", DEFAULT_MIN_REQUESTS),
         )  # ValueError names the flag
+    expect = parse_expectations(options.get("expect") or ())
     return LoadgenConfig(
         endpoint=endpoint,
         model=model,
@@ -225,6 +230,7 @@ def validate(options: dict[str, Any]) -> LoadgenConfig:
         profile_seconds=profile_seconds,
         profile_requests=profile_requests,
         adaptive=adaptive,
+        expect=expect,
     )
 
 
@@ -328,10 +334,12 @@ class LoadResult:
     model: str
     adaptive: list[dict[str, Any]]
     """Per repeat with --adaptive (``adaptive.adaptive_json``); empty without."""
+    confirmed_after: int | None = None
+    """With --expect: the repeat (1-based) whose figures confirmed every expectation; None when none did."""
 
 
 async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> LoadResult:
-    """Warm up, then run every repeat (each stopping early with --adaptive)."""
+    """Warm up, then run every repeat (each stopping early with --adaptive; no more once one confirms --expect)."""
     from kneepoint.loadgen.runner import LocalRunner, RunSettings
     from kneepoint.loadgen.worker_pool import WorkerError, WorkerPool
 
@@ -358,6 +366,7 @@ async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> LoadRe
 
     runner = make_runner(workers)
     summaries, raw, adaptive = [], [], []
+    confirmed_after = None
     try:
         await runner.start()
         while config.warmup_requests:
@@ -402,13 +411,24 @@ async def run_load(config: LoadgenConfig, tokenizer: Tokenizer | None) -> LoadRe
                 )
             )
             raw.append(outcome.records)
+            if config.expect and repeat + 1 < config.repeats:
+                verdict = judge_repeat(config.expect, summaries[-1], config.concurrency, config.max_error_fraction)
+                if verdict.confirmed:
+                    confirmed_after = repeat + 1
+                    click.echo(
+                        f"kneepoint loadgen: repeat {repeat + 1} confirms every expected figure ({verdict.detail}); "
+                        f"no more repeats (of {config.repeats})",
+                        err=True,
+                    )
+                    break
+                click.echo(f"kneepoint loadgen: repeat {repeat + 1} does not confirm the expected figures ({verdict.detail})", err=True)
         if config.profile_seconds > 0:
             await _profiled_slice(runner, config)
     except WorkerError as error:
         raise RunFailure(str(error)) from None
     finally:
         await runner.close()
-    return LoadResult(summaries, raw, workers, model, adaptive)
+    return LoadResult(summaries, raw, workers, model, adaptive, confirmed_after)
 
 
 def _write_termination_message(text: str) -> str | None:
@@ -527,6 +547,13 @@ def _write_termination_message(text: str) -> str | None:
     show_default=True,
     help="Completed requests a repeat needs before it may stop.",
 )
+@click.option(
+    "--expect",
+    multiple=True,
+    metavar="KEY=VALUE:BAND",
+    help="A figure the caller expects, e.g. outputTokensPerSecond=3200:0.03 (repeatable). After a repeat whose figures "
+    "all lie within their relative bands no more repeats run (docs/loadgen.md, Expected figures).",
+)
 def command(**options: Any) -> None:
     """Load-test an OpenAI-compatible server at fixed concurrency (or Poisson arrivals)."""
     try:
@@ -551,6 +578,8 @@ def command(**options: Any) -> None:
     choice = select_repeat(repeats, config.max_error_fraction)
     kept_adaptive = result.adaptive[choice.index] if result.adaptive else None
     summary = build_summary(repeats, choice, config.concurrency, config.max_error_fraction, adaptive=kept_adaptive)
+    if config.expect:
+        summary["expectation"] = expectation_json(config.expect, result.confirmed_after, config.repeats)
     failure = failure_line(repeats[choice.index], config.max_error_fraction)
     click.echo(
         render_table(

@@ -51,6 +51,7 @@ from typing import Any
 
 from kneepoint.core.timestamps import rfc3339
 from kneepoint.loadgen.adaptive import AdaptivePlan, AdaptiveStop, adaptive_json, assess_records
+from kneepoint.loadgen.expectation import ExpectedFigure, expectation_json, judge_repeat
 from kneepoint.loadgen.records import HTTP_4XX, RequestRecord
 from kneepoint.loadgen.summary import ClientLoad, build_summary, select_repeat, summarize_repeat
 from kneepoint.loadgen.workload import build_prompt, build_request_body
@@ -326,11 +327,14 @@ class _VirtualRun:
         return peak, (comm / busy if busy > 0 else 0.0), min(1.0, busy / span), preempted
 
 
-def run_load_test(settings: SimulatorSettings, workload: Workload, adaptive: AdaptivePlan | None = None) -> TierMeasurement:
+def run_load_test(
+    settings: SimulatorSettings, workload: Workload, adaptive: AdaptivePlan | None = None, expect: Sequence[ExpectedFigure] = ()
+) -> TierMeasurement:
     """Load-test one engine on a virtual clock and return the load generator's summary with the window's metrics.
 
     ``adaptive``: the experiment's plan (``spec.load.adaptive`` when enabled); each repeat then
     stops as ``kneepoint loadgen --adaptive`` stops it (at most ``num_requests``).
+    ``expect``: ``kneepoint loadgen --expect``'s figures: no more repeats after one that confirms them all.
     """
     run = _VirtualRun(settings, workload)
     w = workload
@@ -338,6 +342,7 @@ def run_load_test(settings: SimulatorSettings, workload: Workload, adaptive: Ada
         run.run_phase(_Phase("warmup", w.warmup_requests))
     phases: list[_Phase] = []
     adaptive_repeats: list[dict[str, Any]] = []
+    confirmed_after = None
     for i in range(w.repeats):
         phase = _Phase(f"repeat-{i + 1}", w.num_requests)
         if adaptive is None:
@@ -349,10 +354,18 @@ def run_load_test(settings: SimulatorSettings, workload: Workload, adaptive: Ada
             final = assess_records(phase.records, w.concurrency, adaptive)
             adaptive_repeats.append(adaptive_json(adaptive, w.num_requests, len(phase.records), rule.decision, final, rule.last))
         phases.append(phase)
+        if expect and i + 1 < w.repeats:
+            # As kneepoint loadgen --expect: the repeat judged as its own summary, then no more repeats once confirmed.
+            one = summarize_repeat(phase.name, phase.records, _NO_CLIENT_LOAD, w.input_len, w.output_len)
+            if judge_repeat(expect, one, w.concurrency, OPERATOR_MAX_ERROR_FRACTION).confirmed:
+                confirmed_after = i + 1
+                break
     repeats = [summarize_repeat(p.name, p.records, _NO_CLIENT_LOAD, w.input_len, w.output_len) for p in phases]
     choice = select_repeat(repeats, OPERATOR_MAX_ERROR_FRACTION)
     kept_adaptive = adaptive_repeats[choice.index] if adaptive_repeats else None
     summary = build_summary(repeats, choice, w.concurrency, OPERATOR_MAX_ERROR_FRACTION, adaptive=kept_adaptive)
+    if expect:
+        summary["expectation"] = expectation_json(expect, confirmed_after, w.repeats)
     kept = repeats[choice.index]
     start = kept.started_at if kept.started_at is not None else 0.0
     end = kept.finished_at if kept.finished_at is not None else start

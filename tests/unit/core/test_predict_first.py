@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ladder_driver import Driver, make_spec
+from ladder_driver import Driver, make_spec, summary
 
+from kneepoint.core.actions import ConfirmLoad, EnsureEngine, EnsureLoadTest
 from kneepoint.core.decision import decide
 from kneepoint.core.needs import needs
-from kneepoint.core.observations import Observations
+from kneepoint.core.observations import EngineState, LoadTestState, Observations
 from kneepoint.core.prediction import LadderPrediction, TierForecast
 from kneepoint.core.tiers import Tier
 
@@ -167,3 +168,79 @@ def test_a_stop_rule_change_that_needs_a_predicted_tier_reopens_the_ladder():
     d.measure("tp1-pp1", 1000, 3000)
     assert d.status.phase == "Decided" and d.status.decided_tier == "TP1"  # +58 % < 0.6 now stops at TP1
     assert d.status.decision.basis.predicted == ()
+
+
+# -- Confirming with one repeat (plan.stopRepeatsWhenConfirmed)
+
+# TP1 -> TP2 gains 60 % and TP2 -> TP4 under 1 %, both sure within the bands (narrow TP bands, P99 flat, comm far
+# from 0.40): TP2 wins, TP4 proves the stop, and neither comparison needs more precision than one repeat gives.
+NARROW = {"throughput_band": 0.08, "p99_band": 0.02, "scaling_band": 0.05}
+SURE_KNEE_AT_TP2 = ladder(
+    forecast(1, 1000, 3000),
+    forecast(2, 1600, 2000, 0.15, **NARROW),
+    forecast(4, 1610, 2000, 0.15, **NARROW),
+    forecast(8, 1620, 2000, 0.2, **NARROW),
+)
+
+
+def _load_test_action(d, name):
+    """Step the current tier (``name``) from Pending to its load test; the EnsureLoadTest the pass asked for."""
+    r = d.step()
+    assert any(isinstance(a, EnsureEngine) and a.tier.name == name for a in r.actions), r.actions
+    d.now += 30
+    r = d.step(engine=EngineState(exists=True, ready=True, node_name="h200-0"))
+    return next(a for a in r.actions if isinstance(a, EnsureLoadTest))
+
+
+def test_a_tier_measured_only_to_confirm_stops_repeating_once_a_repeat_confirms_it():
+    d = Driver(make_spec(stopRules=STEP_RULES))
+    assert plan(d, SURE_KNEE_AT_TP2) == {"TP1": "Predicted", "TP2": "Pending", "TP4": "Pending", "TP8": "Predicted"}
+    assert d.tier("tp2-pp1").prediction.confirm_only is True and d.tier("tp4-pp1").prediction.confirm_only is True
+    assert d.tier("tp1-pp1").prediction.confirm_only is None
+    action = _load_test_action(d, "tp2-pp1")
+    # The Job gets the predicted figures with their bands (kneepoint loadgen --expect).
+    assert action.confirm == ConfirmLoad(1600, 0.08, 2000, 0.02)
+    assert action.confirm.figures() == (("outputTokensPerSecond", 1600, 0.08), ("latencyP99Ms", 2000, 0.02))
+
+
+def test_a_tier_whose_comparison_is_within_the_bands_runs_every_repeat():
+    # KNEE_AT_TP2's bands put TP2 -> TP4 (the deciding comparison) within reach of minThroughputGain: its measured
+    # figures decide it, so both tiers run load.repeats.
+    d = Driver(make_spec(stopRules=STEP_RULES))
+    plan(d, KNEE_AT_TP2)
+    assert d.tier("tp2-pp1").prediction.confirm_only is None and d.tier("tp4-pp1").prediction.confirm_only is None
+    assert _load_test_action(d, "tp2-pp1").confirm is None
+
+
+def test_the_winner_alone_is_confirmed_with_one_repeat_and_its_repeats_are_recorded():
+    d = Driver(make_spec())
+    plan(d, KNEE_AT_TP2)
+    assert d.tier("tp1-pp1").prediction.confirm_only is True
+    assert _load_test_action(d, "tp1-pp1").confirm == ConfirmLoad(1000, 0.03, 3000, 0.10)
+    d.now += 70
+    ran = dict(summary(1010, 2950, started=d.now - 65, finished=d.now - 5), repeats=1)
+    d.step(engine=EngineState(exists=True, ready=True), load_test=LoadTestState(1, True, True, False, ran))
+    assert d.tier("tp1-pp1").repeats_measured == 1
+
+
+def test_stop_repeats_when_confirmed_false_runs_every_repeat():
+    d = Driver(make_spec(plan={"stopRepeatsWhenConfirmed": False}))
+    plan(d, KNEE_AT_TP2)
+    assert d.tier("tp1-pp1").prediction.confirm_only is True  # what it is measured for is still said
+    assert _load_test_action(d, "tp1-pp1").confirm is None
+
+
+def test_one_repeat_is_not_asked_for_when_load_repeats_is_one_already():
+    d = Driver(make_spec(load={"repeats": 1}))
+    plan(d, KNEE_AT_TP2)
+    assert _load_test_action(d, "tp1-pp1").confirm is None
+
+
+def test_after_a_fallback_every_tier_left_runs_every_repeat():
+    d = Driver(make_spec(stopRules=STEP_RULES))
+    plan(d, SURE_KNEE_AT_TP2)
+    d.measure("tp2-pp1", 960, 2900, comm=0.16)  # 40 % under its prediction: the full ladder from here
+    assert d.status.prediction.fallback is not None
+    pending = [t for t in d.status.tiers if t.phase == "Pending"]
+    assert pending and all(t.prediction is None or not t.prediction.confirm_only for t in pending)
+    assert _load_test_action(d, "tp1-pp1").confirm is None

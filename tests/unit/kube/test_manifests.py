@@ -190,6 +190,21 @@ def test_the_job_passes_spec_load_adaptive_to_the_load_generator():
     assert adaptive_plan_of(spec(load=load)) == config.adaptive and adaptive_plan_of(spec()) is None
 
 
+def test_a_tier_measured_only_to_confirm_gets_the_predicted_figures_as_expect_flags():
+    from kneepoint.core.actions import ConfirmLoad, SearchLoad
+
+    confirm = ConfirmLoad(3231.93, 0.03, 2448.63, 0.36)
+    args = manifests.build_load_test_job(spec(), OWNER, Tier(1, 1), 1, CTX, confirm=confirm)["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert args[args.index("--expect") :][:4] == ["--expect", "outputTokensPerSecond=3231.93:0.03", "--expect", "latencyP99Ms=2448.63:0.36"]
+    assert args[args.index("--repeats") + 1] == "2"  # the plan stays the spec's: the load generator stops early
+    plain = manifests.build_load_test_job(spec(), OWNER, Tier(1, 1), 1, CTX)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--expect" not in plain
+    point = manifests.loadgen_args(spec(), OWNER, Tier(1, 1), SearchLoad(48, 144), confirm)
+    assert "--expect" not in point  # a concurrency-search point runs one repeat anyway
+
+
 def test_bad_spec_load_adaptive_names_the_field_and_the_allowed_values():
     from kneepoint.core.spec import SpecError
 

@@ -282,3 +282,20 @@ def test_console_script_exit_code_and_termination_message(tmp_path: pathlib.Path
     assert "Traceback" not in process.stderr
     summary = json.loads(term.read_text())
     assert summary["ok"] is False and summary["errors"] == {"connect": 4}
+
+
+def test_expect_stops_repeating_once_a_repeat_confirms_and_runs_them_all_when_none_does(tmp_path: pathlib.Path, endpoint: str) -> None:
+    # The stub answers every request in about the same time: a throughput band of 99 % is met by any repeat that
+    # completed, one of 0.1 % around a figure 100 times off by none.
+    code, summary, _, err = run_cli(tmp_path, endpoint, "--repeats", "3", "--expect", "outputTokensPerSecond=500:0.99")
+    assert code == 0, err
+    assert summary["repeats"] == 1 and summary["expectation"] == {
+        "confirmedAfterRepeat": 1,
+        "repeatsPlanned": 3,
+        "keys": ["outputTokensPerSecond"],
+    }
+    assert "repeat 1 confirms every expected figure (outputTokensPerSecond" in err and "no more repeats (of 3)" in err
+    code, summary, _, err = run_cli(tmp_path, endpoint, "--repeats", "2", "--expect", "outputTokensPerSecond=1e9:0.001")
+    assert code == 0, err
+    assert summary["repeats"] == 2 and summary["expectation"]["confirmedAfterRepeat"] is None
+    assert "repeat 1 does not confirm the expected figures" in err

@@ -41,8 +41,15 @@ def test_the_shipped_bands_cover_every_real_vllm_capture() -> None:
     # bf16: the 8B and the held-out 14B (run 18, Qwen2.5-14B's shape, fitted to nothing: its c1 is the largest, +2.9 %).
     rows = module.errors(("8b-tp1", "14b-tp1"))
     assert len(rows) >= 40 and {r[0].split("-r")[0] for r in rows} >= {"c1", "14b"}
-    assert max(abs(r[2]) for r in rows) <= lp.TP1_THROUGHPUT_BAND
+    assert max(abs(r[2]) for r in rows if r[5] <= lp.MEASURED_CONCURRENCY) <= lp.TP1_THROUGHPUT_BAND
     assert max(abs(r[4]) for r in rows) <= lp.TP1_P99_BAND
+    # Above 128 in flight (run 23b: the 8B at c256) the simulator is 5.5-17.5 % fast: the wider band covers it, the
+    # narrow one would not.
+    high = [r for r in rows if r[5] > lp.MEASURED_CONCURRENCY]
+    assert {r[0] for r in high} == {"r23-highconc-r3", "r23-highconc-expect"}
+    assert (
+        lp.TP1_THROUGHPUT_BAND < max(abs(r[2]) for r in high) <= lp.tp1_throughput_band(False, 256) == lp.HIGH_CONCURRENCY_THROUGHPUT_BAND
+    )
     # Engines with online fp8: the 8B (run 12b, held out from every fit) and the 70B.
     fp8 = module.errors(("8b-fp8-tp1", "70b-fp8-tp1"))
     assert len(fp8) >= 20 and {r[0].split("-r")[0] for r in fp8} >= {"8b-fp8", "70b-fp8"}
@@ -58,6 +65,8 @@ def test_bands_grow_with_tp_and_over_pcie() -> None:
     assert (round(t, 3), round(p, 3), s) == (0.17, 0.5, 0.14)
     assert lp.bands(Tier(4), "pcie")[2] == 0.322
     assert lp.bands(Tier(1), "nvlink", fp8=True) == (0.06, 0.36, 0.0)
+    assert lp.bands(Tier(1), "nvlink", concurrency=128) == (0.03, 0.36, 0.0)
+    assert lp.bands(Tier(1), "nvlink", concurrency=129)[0] == lp.bands(Tier(1), "nvlink", fp8=True, concurrency=256)[0] == 0.18
     assert round(lp.bands(Tier(2), "nvlink", fp8=True)[0], 3) == 0.2
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kneepoint.loadgen.adaptive import AdaptivePlan, min_samples_for_quantile
+from kneepoint.loadgen.expectation import ExpectedFigure
 from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.perf_model import prefill_work
 from kneepoint.simulator.virtual_tier import Workload, run_load_test, start_engine
@@ -179,3 +180,23 @@ def test_a_request_reaches_the_engine_through_the_api_servers_intake():
     assert lone["ttftP50Ms"] == pytest.approx(intake.lone_seconds(prompt) * 1e3 + prefill_ms, rel=0.02)
     burst = run_load_test(settings, Workload(concurrency=8, num_requests=8, input_len=1024, output_len=4)).summary
     assert burst["ttftP50Ms"] >= lone["ttftP50Ms"] + 7 * intake.gate_us_per_request * 1e-3
+
+
+def test_expected_figures_stop_the_repeats_as_the_loadgen_job_does():
+    start = engine()
+    full = run_load_test(start.settings, SMALL)
+    tok_s, p99 = full.summary["outputTokensPerSecond"], full.summary["latencyP99Ms"]
+    confirmed = run_load_test(
+        start.settings, SMALL, expect=[ExpectedFigure("outputTokensPerSecond", tok_s, 0.05), ExpectedFigure("latencyP99Ms", p99, 0.2)]
+    )
+    s = confirmed.summary
+    assert s["repeats"] == 1 and s["expectation"] == {
+        "confirmedAfterRepeat": 1,
+        "repeatsPlanned": 2,
+        "keys": ["outputTokensPerSecond", "latencyP99Ms"],
+    }
+    assert confirmed.requests_sent == 8 + 40 and confirmed.seconds < full.seconds
+    # Off by more than its band: the second repeat runs, as without --expect.
+    missed = run_load_test(start.settings, SMALL, expect=[ExpectedFigure("outputTokensPerSecond", tok_s * 2, 0.05)])
+    assert missed.summary["repeats"] == 2 and missed.summary["expectation"]["confirmedAfterRepeat"] is None
+    assert missed.requests_sent == full.requests_sent

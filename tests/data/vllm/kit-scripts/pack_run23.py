@@ -1,0 +1,49 @@
+"""Run 23's archives -> tests/data/vllm: each load as ``8b-tp1-loadgen-r23-<load>.json`` (the load generator's
+summary, config, repeat rule and repeats, plus ``engineFlags``: the engine's flags that differ from the 8B captures'
+replay flags, benchmarks/sim_vs_real_vllm.py) and ``...-requests.json.gz`` (every request, without its ITL list, to
+keep the tree small enough for the device calls' 64 MiB), and the engine's start-up log.
+
+    python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r23x tests/data/vllm
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+RUNS = {"r23": ("example", "chat"), "r23b": ("highconc",), "r23c": ("long",)}
+
+
+def engine_flags(engine_args: str) -> dict[str, str]:
+    words = engine_args.split()
+    return {w: words[i + 1] for i, w in enumerate(words) if w in ("--max-num-seqs", "--max-model-len")}
+
+
+def main(src: str, dst: str) -> None:
+    out = Path(dst)
+    for run in RUNS:
+        folder = Path(src) / run
+        flags = engine_flags((folder / f"run23{run[3:]}-engine-args.txt").read_text())
+        for saved in sorted(folder.glob("lg-*.json")):
+            if saved.name.endswith(".termination.json"):
+                continue
+            load = saved.name[3:-5]
+            doc = json.loads(saved.read_text())
+            requests = doc.pop("requests")
+            for r in requests:
+                r.pop("itlMs", None)
+            doc["engineFlags"] = flags
+            doc["termination"] = json.loads((folder / f"lg-{load}.termination.json").read_text())
+            base = out / f"8b-tp1-loadgen-r23-{load}"
+            base.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+            with gzip.open(f"{base}-requests.json.gz", "wt", compresslevel=9) as handle:
+                json.dump(requests, handle, separators=(",", ":"))
+        log = (folder / "serve.log").read_text().splitlines()
+        end = next((i for i, line in enumerate(log) if "Application startup complete" in line), len(log) - 1)
+        (out / f"8b-tp1-serve-{run}.log").write_text("\n".join(log[: end + 1]) + "\n")  # the start-up, not the access log
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
