@@ -263,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     caps = captures(only, models)
     for model in models:
         print(f"engine flags ({model}): kneepoint sim {' '.join(engine_args(MODELS[model][2], model))}")
+    for name, cap in caps.items():
+        if cap.get("engineFlags"):
+            print(f"  {name}: its engine's own {' '.join(f'{k} {v}' for k, v in cap['engineFlags'].items())}")
     spread = real_spread(captures(None, models))
     lines = [
         "| capture | workload | figure | real vLLM | simulator | error | real vLLM, every capture of the workload |",

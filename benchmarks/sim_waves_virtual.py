@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_vs_real_vllm import DATA, FIGURES, MODELS, captures, engine_args
+from sim_vs_real_vllm import DATA, FIGURES, MODELS, capture_engine_args, captures, engine_args
 
 from kneepoint.loadgen.statistics import percentile_sorted
 from kneepoint.simulator.engine import SimulatorSettings, scheduler_config
@@ -211,7 +211,11 @@ def main() -> None:
             c = cap["config"]
             if c["api"] != "completions":
                 continue  # a chat prompt's token count is the chat template's
-            runs = [run(settings, c, args.delay_ms / 1e3, seed, args.async_, Intake.of(serving)) for seed in range(args.seeds)]
+            engine = settings
+            if cap.get("engineFlags"):  # run 23: the capture's engine ran with its own --max-num-seqs / --max-model-len
+                engine = start_engine([*capture_engine_args(cap), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
+                assert engine is not None
+            runs = [run(engine, c, args.delay_ms / 1e3, seed, args.async_, Intake.of(serving)) for seed in range(args.seeds)]
             workload = f"{c['inputLen']}/{c['outputLen']} c{c['concurrency']} x{c['numRequests']}"
             for label, key in FIGURES:
                 row(name, workload, label, float(cap["summary"][key]), statistics.median(r[key] for r in runs))

@@ -291,6 +291,8 @@ class ChildPoller:
     """Engine pods of the targets the scheduler reported Unschedulable."""
     children_seen: dict[tuple[str, str, str], tuple[dict[str, str], list[tuple[str, str, bool]]]] = field(default_factory=dict)
     """(namespace, kind, name) -> (labels, [(owner kind, owner uid, controller)]) of every Deployment, Service and Job seen."""
+    job_args: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    """(namespace, Job name) -> the load generator's arguments of every Job seen."""
     engine_gpus: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     """(namespace, experiment) -> the most GPUs one of its engine pods requested."""
     statuses: list[tuple[float, str, dict[str, Any]]] = field(default_factory=list)
@@ -334,6 +336,8 @@ class ChildPoller:
                     owners = [(o.kind, o.uid, bool(o.controller)) for o in meta.owner_references or []]
                     self.children_seen[(namespace, kind, meta.name)] = (dict(meta.labels or {}), owners)
                     self.uids[(namespace, kind, meta.name)].add(meta.uid)
+                    if kind == "jobs":
+                        self.job_args[(namespace, meta.name)] = list(obj.spec.template.spec.containers[0].args or [])
                     if meta.deletion_timestamp is None:
                         live[(namespace, name, kind, (meta.labels or {}).get(LABEL_TIER, ""))] += 1
             for key, count in live.items():

@@ -215,8 +215,10 @@ def check_step_rule(status: dict[str, Any], rules: dict[str, Any]) -> None:
 
 def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Cluster, namespace: str) -> None:
     name = "llama-8b"
-    # The example's concurrency search, bounded for the sandbox's two cores (the simulators run in real time).
-    spec = example_spec("experiment.yaml", load=SMALL_8B_LOAD, capacity={"concurrencySearch": {"maxConcurrency": SEARCH_BOUND}})
+    # The example's concurrency search, bounded for the sandbox's two cores (the simulators run in real time). Two
+    # repeats: TP1 is measured only to confirm the prediction, so its Job may stop after the first.
+    load = dict(SMALL_8B_LOAD, repeats=2)
+    spec = example_spec("experiment.yaml", load=load, capacity={"concurrencySearch": {"maxConcurrency": SEARCH_BOUND}})
     assert spec["capacity"]["concurrencySearch"]["enabled"] is True
     with ChildPoller(exps, [(namespace, name)]) as poller:
         uid = exps.create(experiment(name, namespace, base=spec))["metadata"]["uid"]
@@ -253,6 +255,23 @@ def test_8b_on_h200_stops_at_tp1_by_memory_headroom(sandbox: Any, exps: Cluster,
         assert fallback.startswith("TP1 measured outside its predicted band") and tp1["prediction"]["outsideBand"]
         assert decision["basis"]["measured"] == ["TP1 memory"] and not decision["basis"].get("predictedTiers")
     assert poller.tiers_deployed(namespace, name) == {"tp1-pp1"}
+    # Confirmed in one repeat (plan.stopRepeatsWhenConfirmed): the Job was given the predicted figures and their bands;
+    # a first repeat outside a band (a loaded machine) is followed by the second.
+    assert tp1["prediction"]["confirmOnly"] is True
+    args = poller.job_args[(namespace, f"{name}-tp1-pp1-load1")]
+    expected = [args[i + 1] for i, a in enumerate(args) if a == "--expect"]
+    pred = tp1["prediction"]
+    assert expected == [
+        f"outputTokensPerSecond={pred['outputTokensPerSecond']:g}:{pred['throughputBand']:g}",
+        f"latencyP99Ms={pred['latencyP99Ms']:g}:{pred['p99Band']:g}",
+    ]
+    assert tp1["repeatsMeasured"] in (1, 2)
+    if tp1["repeatsMeasured"] == 1:
+        for measured, predicted, band in (
+            ("outputTokensPerSecond", "outputTokensPerSecond", "throughputBand"),
+            ("latencyP99Ms", "latencyP99Ms", "p99Band"),
+        ):
+            assert abs(tp1[measured] / pred[predicted] - 1) <= pred[band] + 1e-6
 
     # (d) replicas for the example's peak of 500 concurrent requests, redundancy 1.3.
     check_replicas(obj)

@@ -165,8 +165,10 @@ def port_in_use(port: int) -> bool:
 
 
 def port_owner(port: int) -> str:
-    """Who holds ``port``: 'pid N (name)' of its listener, else the connection whose local end it is, else 'an unknown process'."""
-    connection = ""
+    """Who holds ``port``: 'pid N (name)' of its listener, else the connections whose local end it is (the kernel
+    gives one local port to several connections with different peers: each is named, up to three), else 'an
+    unknown process'."""
+    connections: list[str] = []
     try:
         for conn in psutil.net_connections(kind="tcp"):
             if not conn.laddr or conn.laddr.port != port:
@@ -176,13 +178,19 @@ def port_owner(port: int) -> str:
                     return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
                 except psutil.Error:
                     return f"pid {conn.pid}"
-            if conn.status != psutil.CONN_LISTEN and not connection:
+            if conn.status != psutil.CONN_LISTEN:
                 # A client socket's local end: the kernel gave it this port from its ephemeral range.
                 peer = f" to {conn.raddr.ip}:{conn.raddr.port}" if conn.raddr else ""
-                connection = f"the local end of a {conn.status} connection{peer}" + (f" (pid {conn.pid})" if conn.pid else "")
+                connections.append(f"the local end of a {conn.status} connection{peer}" + (f" (pid {conn.pid})" if conn.pid else ""))
     except psutil.Error:
         pass
-    return connection or "an unknown process"
+    if not connections:
+        return "an unknown process"
+    more = len(connections) - MAX_NAMED_CONNECTIONS
+    return "; ".join(connections[:MAX_NAMED_CONNECTIONS]) + (f"; and {more} more" if more > 0 else "")
+
+
+MAX_NAMED_CONNECTIONS = 3
 
 
 def ephemeral_port_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:

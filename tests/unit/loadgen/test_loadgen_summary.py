@@ -193,7 +193,7 @@ def test_progress_only_on_a_terminal(tmp_path: pathlib.Path) -> None:
     assert format_progress("repeat 1/3", 50, 2, 100, 3.25) == ("repeat 1/3 [############............] 50/100 requests, 2 failed, 3.2 s")
 
 
-PURE_MODULES = ("statistics", "sse", "workload", "records", "resolve_rules", "summary", "table", "worker_plan", "adaptive")
+PURE_MODULES = ("statistics", "sse", "workload", "records", "resolve_rules", "summary", "table", "worker_plan", "adaptive", "expectation")
 IO_LIBRARIES = {"aiohttp", "psutil", "click", "numpy", "asyncio", "multiprocessing", "socket", "tokenizers"}
 
 
