@@ -303,7 +303,8 @@ def verify(p: Pass) -> None:
         p.event(reasons.PREDICTION_MISSED, text, warning=True)
         _update_lists(p)
         return
-    if not any(t.phase == TIER_PREDICTED for t in tiers):
+    confirming = any(t.phase == TIER_PENDING and t.prediction is not None and t.prediction.confirm_only for t in tiers)
+    if not confirming and not any(t.phase == TIER_PREDICTED for t in tiers):
         return
     req = required(p, tiers)
     need = req.need

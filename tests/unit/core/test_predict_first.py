@@ -244,3 +244,24 @@ def test_after_a_fallback_every_tier_left_runs_every_repeat():
     pending = [t for t in d.status.tiers if t.phase == "Pending"]
     assert pending and all(t.prediction is None or not t.prediction.confirm_only for t in pending)
     assert _load_test_action(d, "tp1-pp1").confirm is None
+
+
+def test_a_measurement_that_puts_a_confirmed_tiers_comparison_within_the_bands_makes_it_run_every_repeat():
+    # At the plan TP2 -> TP4 compares two predicted tiers (the scaling bands alone: sure). TP4's own throughput band is
+    # wide, so once TP2 is measured 6 % under its prediction (within its 8 %) the comparison reads TP4's whole band
+    # and its gain could reach minThroughputGain: TP4 now settles it and runs every repeat.
+    wide_tp4 = ladder(
+        forecast(1, 1000, 3000),
+        forecast(2, 1600, 2000, 0.15, **NARROW),
+        forecast(4, 1610, 2000, 0.15, **{**NARROW, "throughput_band": 0.25}),
+        forecast(8, 1620, 2000, 0.2, **NARROW),
+    )
+    d = Driver(make_spec(stopRules=STEP_RULES))
+    plan(d, wide_tp4)
+    assert d.tier("tp4-pp1").prediction.confirm_only is True
+    d.measure("tp2-pp1", 1500, 2000, comm=0.15)
+    assert d.status.prediction.fallback is None
+    tp4 = d.tier("tp4-pp1")
+    assert tp4.phase == "Pending" and tp4.prediction.confirm_only is None
+    assert tp4.reason == "to measure: proves the stop at TP2 (throughput-gain)"  # still why it is measured
+    assert _load_test_action(d, "tp4-pp1").confirm is None
