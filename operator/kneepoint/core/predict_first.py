@@ -27,7 +27,7 @@ from kneepoint.core.decision import decide
 from kneepoint.core.gpus import GIB
 from kneepoint.core.ladder_state import Pass, estimate, tier_of
 from kneepoint.core.memory_estimate import needed_memory_bytes
-from kneepoint.core.prediction import LadderPrediction, decision_view
+from kneepoint.core.prediction import LadderPrediction, band_error, decision_view, within_band
 from kneepoint.core.rule_names import COMM_FRACTION, MEMORY_HEADROOM, P99_DEGRADATION, THROUGHPUT_GAIN
 from kneepoint.core.spec import StopRulesSpec
 from kneepoint.core.status import (
@@ -271,8 +271,8 @@ def outside_band(tier: TierResult) -> str | None:
     for name, measured, predicted, band, relative in checks:
         if measured is None or predicted is None:
             continue
-        off = (measured - predicted) / predicted if relative and predicted else measured - predicted
-        if abs(off) > band + 1e-9:
+        off = band_error(measured, predicted, relative)
+        if not within_band(off, band):
             shown = f"{off:+.1%} (band ±{band:.0%})" if relative else f"{off:+.3f} (band ±{band:.2f})"
             return f"{name} {measured:g} against predicted {predicted:g}: {shown}"
     return None

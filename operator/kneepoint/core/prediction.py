@@ -17,6 +17,16 @@ from kneepoint.core.stop_rules import StepEvaluation, tier_label
 from kneepoint.core.tiers import Tier
 
 
+def band_error(measured: float, predicted: float, relative: bool = True) -> float:
+    """How far a measured figure is from its prediction: relative (``(measured - predicted) / predicted``) or absolute."""
+    return (measured - predicted) / predicted if relative and predicted else measured - predicted
+
+
+def within_band(error: float, band: float) -> bool:
+    """A figure whose ``band_error`` is this is within its band (up to float noise)."""
+    return abs(error) <= band + 1e-9
+
+
 @dataclass(frozen=True)
 class TierForecast:
     """One tier as the simulator ran it with the experiment's engine flags and workload."""

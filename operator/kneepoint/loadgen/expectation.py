@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kneepoint.core.prediction import band_error, within_band
 from kneepoint.loadgen.summary import RepeatSummary, build_summary, select_repeat
 
 EXPECTABLE_KEYS = ("outputTokensPerSecond", "latencyP99Ms", "latencyP50Ms", "ttftP99Ms", "ttftP50Ms", "tpotMeanMs")
@@ -31,9 +32,6 @@ class ExpectedFigure:
     value: float
     band: float
     """Relative: 0.03 accepts values within +-3 % of ``value``."""
-
-    def off(self, measured: float) -> float:
-        return (measured - self.value) / self.value
 
     def to_flag(self) -> str:
         return f"{self.key}={self.value:g}:{self.band:g}"
@@ -84,9 +82,8 @@ def judge(figures: Sequence[ExpectedFigure], summary: Mapping[str, Any], max_err
             confirmed = False
             parts.append(f"{f.key} not measured")
             continue
-        off = f.off(float(measured))
-        # The operator's check (core.predict_first.outside_band) accepts |off| <= band up to float noise.
-        inside = abs(off) <= f.band + 1e-9
+        off = band_error(float(measured), f.value)
+        inside = within_band(off, f.band)  # the operator's own check (core.predict_first.outside_band)
         confirmed = confirmed and inside
         parts.append(f"{f.key} {measured:g} ({off:+.1%}, band {f.band:.0%}){'' if inside else ' outside'}")
     return Verdict(confirmed, "; ".join(parts))

@@ -53,7 +53,7 @@ from kneepoint.core.timestamps import rfc3339
 from kneepoint.loadgen.adaptive import AdaptivePlan, AdaptiveStop, adaptive_json, assess_records
 from kneepoint.loadgen.expectation import ExpectedFigure, expectation_json, judge_repeat
 from kneepoint.loadgen.records import HTTP_4XX, RequestRecord
-from kneepoint.loadgen.summary import ClientLoad, build_summary, select_repeat, summarize_repeat
+from kneepoint.loadgen.summary import ClientLoad, RepeatSummary, build_summary, select_repeat, summarize_repeat
 from kneepoint.loadgen.workload import build_prompt, build_request_body
 from kneepoint.simulator.engine import SimulatorSettings, scheduler_config
 from kneepoint.simulator.intake import Intake
@@ -342,6 +342,7 @@ def run_load_test(
         run.run_phase(_Phase("warmup", w.warmup_requests))
     phases: list[_Phase] = []
     adaptive_repeats: list[dict[str, Any]] = []
+    repeats: list[RepeatSummary] = []
     confirmed_after = None
     for i in range(w.repeats):
         phase = _Phase(f"repeat-{i + 1}", w.num_requests)
@@ -354,13 +355,11 @@ def run_load_test(
             final = assess_records(phase.records, w.concurrency, adaptive)
             adaptive_repeats.append(adaptive_json(adaptive, w.num_requests, len(phase.records), rule.decision, final, rule.last))
         phases.append(phase)
-        if expect and i + 1 < w.repeats:
-            # As kneepoint loadgen --expect: the repeat judged as its own summary, then no more repeats once confirmed.
-            one = summarize_repeat(phase.name, phase.records, _NO_CLIENT_LOAD, w.input_len, w.output_len)
-            if judge_repeat(expect, one, w.concurrency, OPERATOR_MAX_ERROR_FRACTION).confirmed:
-                confirmed_after = i + 1
-                break
-    repeats = [summarize_repeat(p.name, p.records, _NO_CLIENT_LOAD, w.input_len, w.output_len) for p in phases]
+        repeats.append(summarize_repeat(phase.name, phase.records, _NO_CLIENT_LOAD, w.input_len, w.output_len))
+        # As kneepoint loadgen --expect: the repeat judged as its own summary, then no more repeats once confirmed.
+        if expect and i + 1 < w.repeats and judge_repeat(expect, repeats[-1], w.concurrency, OPERATOR_MAX_ERROR_FRACTION).confirmed:
+            confirmed_after = i + 1
+            break
     choice = select_repeat(repeats, OPERATOR_MAX_ERROR_FRACTION)
     kept_adaptive = adaptive_repeats[choice.index] if adaptive_repeats else None
     summary = build_summary(repeats, choice, w.concurrency, OPERATOR_MAX_ERROR_FRACTION, adaptive=kept_adaptive)

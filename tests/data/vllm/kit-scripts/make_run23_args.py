@@ -22,8 +22,8 @@ from kneepoint.core.architectures import architecture_from_spec, preset_names
 from kneepoint.core.ladder import ladder_tiers
 from kneepoint.core.spec import parse_spec
 from kneepoint.core.tiers import Tier
-from kneepoint.kube.manifests import Owner, loadgen_args, vllm_args
-from kneepoint.loadgen.expectation import ExpectedFigure
+from kneepoint.core.actions import ConfirmLoad
+from kneepoint.kube.manifests import Owner, expect_args, loadgen_args, vllm_args
 from kneepoint.simulator.ladder_prediction import predict_ladder
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -51,14 +51,7 @@ def expect_flags(spec) -> list[str]:
     engine = {tier: vllm_args(spec, tier) for tier in ladder_tiers(spec)}
     forecast = predict_ladder(spec, engine, "NVIDIA-H200", "nvlink", preset).forecast(TP1)
     assert forecast is not None and forecast.output_tokens_per_second and forecast.latency_p99_ms
-    figures = [
-        ExpectedFigure("outputTokensPerSecond", forecast.output_tokens_per_second, forecast.throughput_band),
-        ExpectedFigure("latencyP99Ms", forecast.latency_p99_ms, forecast.p99_band),
-    ]
-    out: list[str] = []
-    for f in figures:
-        out += ["--expect", f.to_flag()]
-    return out
+    return expect_args(ConfirmLoad(forecast.output_tokens_per_second, forecast.throughput_band, forecast.latency_p99_ms, forecast.p99_band))
 
 
 def job_args(spec, seed: int, repeats: int | None = None) -> list[str]:
