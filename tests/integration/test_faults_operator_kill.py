@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from experiment_api import Cluster, condition, example_spec, experiment, tier
+from experiment_api import BASE_SPEC, Cluster, condition, example_spec, experiment, tier
 from fault_harness import ChildLedger, FaultLog
 
 GPU = "nvidia.com/gpu"
@@ -90,7 +90,10 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
 
     with ChildLedger(cluster.api, {namespace}) as ledger:
         operator.kill()  # applied while no operator runs; the kill below lands during planning
-        cluster.create(experiment(name, namespace))
+        # Four times the suite's load (about 15 s a tier): a tier's Collecting lasts from the Job's end to 5 s
+        # after it, so an operator restarted during LoadTesting that took longer than the rest of the load plus
+        # those 5 s to boot (a loaded CI machine) would find both behind it and pass Collecting in one go.
+        cluster.create(experiment(name, namespace, {"load": {"numRequests": 4 * BASE_SPEC["load"]["numRequests"]}}))
         operator.start()
         cluster.wait(namespace, name, lambda s: condition(s, "Accepted") is not None, 60, "Accepted", interval=0.05)
         kill_and_restart("planning")
@@ -145,7 +148,7 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
     log = FaultLog()
     for step, seen, restart in kills:
         log.record("operator-sigkill", f"SIGKILL at {step}", True, status_at_kill=seen, restart_seconds=round(restart, 2))
-    print("kills:", kills)
+    print("kills:", kills, "load tests (s):", [t.get("loadTestSeconds") for t in final["tiers"]])
     assert len(kills) == 8
 
 
