@@ -51,6 +51,7 @@ import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -238,13 +239,22 @@ def quantiles_by_label(samples: list[tuple[str, dict[str, str], float]], metric:
     return ", ".join(text for _, text in sorted(rows, key=lambda r: -r[0])) or "none"
 
 
-_SLOW_PASS = re.compile(r"pass took ([0-9.]+) s")
+_SLOW_PASS = re.compile(r"pass took ([0-9.]+) s(?: \([^)]*\); actions: ([^\n]*))?")
 
 
 def longest_pass(log: Path) -> str:
     """The longest pass the operator logged (it logs every pass of a second or more), and how many it logged."""
     took = [float(m.group(1)) for m in _SLOW_PASS.finditer(log.read_text(errors="replace"))]
     return f"{max(took):.2f} s ({len(took)} passes of 1 s or more)" if took else "none of 1 s or more"
+
+
+def slow_passes_by_actions(log: Path) -> str:
+    """The logged passes of a second or more grouped by the actions their step took: count and median seconds."""
+    groups: dict[str, list[float]] = {}
+    for m in _SLOW_PASS.finditer(log.read_text(errors="replace")):
+        groups.setdefault(m.group(2) or "?", []).append(float(m.group(1)))
+    rows = sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    return "; ".join(f"{what}: {len(t)} (median {statistics.median(t):.2f} s)" for what, t in rows) or "none"
 
 
 def scalar(samples: list[tuple[str, dict[str, str], float]], metric: str) -> float:
@@ -682,6 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ),
         ("longest pass (the operator's log: passes of 1 s or more)", longest_pass(log_path)),
+        ("passes of 1 s or more by the actions they took", slow_passes_by_actions(log_path)),
         (
             "pass time by part, p50 / p99 (histogram; passes)",
             quantiles_by_label(busy, "kneepoint_reconcile_part_seconds", "part"),

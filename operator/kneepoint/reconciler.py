@@ -238,6 +238,7 @@ class Reconciler:
                 return None
             started = time.perf_counter()
             timing: dict[str, float] = {}  # where this pass spent its time, by part (logged when it is slow)
+            step = None
             try:
                 step = await self._pass(body, timing)
             except PredictionPending:
@@ -256,7 +257,10 @@ class Reconciler:
                     self.metrics.pass_parts.labels(part).observe(seconds)
                 if took >= SLOW_PASS_SECONDS:  # where a slow pass spent its time: API round trips, the lock, a prediction
                     parts = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in timing.items())
-                    log.info("%s/%s: pass took %.2f s (%s)", namespace, name, took, parts or "before its reads")
+                    did = ", ".join(sorted({type(a).__name__ for a in step.actions})) if step is not None else ""
+                    log.info(
+                        "%s/%s: pass took %.2f s (%s); actions: %s", namespace, name, took, parts or "before its reads", did or "none"
+                    )
             if step is None:
                 return None
             if not step.progressed or (step.requeue_after or 0) > 0:
