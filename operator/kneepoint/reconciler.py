@@ -258,9 +258,7 @@ class Reconciler:
                 if took >= SLOW_PASS_SECONDS:  # where a slow pass spent its time: API round trips, the lock, a prediction
                     parts = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in timing.items())
                     did = ", ".join(sorted({type(a).__name__ for a in step.actions})) if step is not None else ""
-                    log.info(
-                        "%s/%s: pass took %.2f s (%s); actions: %s", namespace, name, took, parts or "before its reads", did or "none"
-                    )
+                    log.info("%s/%s: pass took %.2f s (%s); actions: %s", namespace, name, took, parts or "before its reads", did or "none")
             if step is None:
                 return None
             if not step.progressed or (step.requeue_after or 0) > 0:
