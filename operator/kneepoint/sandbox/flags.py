@@ -33,6 +33,7 @@ SERVICE_CIDR = "10.96.0.0/16"  # ClusterIPs are virtual here (no kube-proxy): ne
 # Pod IPs that KWOK hands to pretend pods: loopback, so a process can bind to a pod's IP.
 KWOK_POD_CIDR = "127.1.0.0/16"
 RUNNER_MODULE = "kneepoint.sandbox.runner"
+DISABLED_CONTROLLERS = ("endpoints-controller", "endpointslice-controller", "endpointslice-mirroring-controller")
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,10 @@ def kube_controller_manager(binary: str, paths: StatePaths, ports: Ports) -> lis
         f"--cluster-signing-cert-file={pki / 'ca.crt'}",
         f"--cluster-signing-key-file={pki / 'ca.key'}",
         "--use-service-account-credentials=true",
-        "--controllers=*",
+        # Not the endpoint controllers: the API server refuses loopback pod IPs in Endpoints and EndpointSlices, so
+        # they only failed, retried and posted warning events (about 16 refused writes per Service), load a real
+        # cluster does not have; the runner resolves Service names itself (runner/resolve.py).
+        f"--controllers=*,{','.join('-' + c for c in DISABLED_CONTROLLERS)}",
         "--node-monitor-period=5s",
         "--node-monitor-grace-period=40s",
         "--profiling=false",

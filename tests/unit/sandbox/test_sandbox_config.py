@@ -50,6 +50,15 @@ def test_apiserver_runs_like_a_secure_cluster() -> None:
     assert _flag(kcm, "kubeconfig") == "/state/controller-manager.kubeconfig"
 
 
+def test_the_controller_manager_runs_every_controller_but_the_endpoint_controllers() -> None:
+    # Pod IPs are loopback here, which Endpoints and EndpointSlices refuse: those controllers could only fail and retry.
+    kcm = flags.commands(BINARIES, "/py", PATHS, layout.Ports())["kube-controller-manager"]
+    controllers = _flag(kcm, "controllers").split(",")
+    assert controllers[0] == "*"
+    assert sorted(controllers[1:]) == ["-endpoints-controller", "-endpointslice-controller", "-endpointslice-mirroring-controller"]
+    assert ipaddress.ip_network(flags.KWOK_POD_CIDR).is_loopback
+
+
 def test_runner_command_is_the_agreed_one() -> None:
     argv = flags.commands(BINARIES, "/py", PATHS, layout.Ports())["runner"]
     assert argv == ["/py", "-m", "kneepoint.sandbox.runner", "--kubeconfig", "/state/kubeconfig", "--state-dir", "/state"]

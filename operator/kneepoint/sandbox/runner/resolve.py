@@ -4,7 +4,7 @@ Pure (standard library only). In a cluster a load generator dials
 ``http://engine.ns.svc.cluster.local:8000``; cluster DNS returns the Service's ClusterIP and
 kube-proxy forwards to a Ready pod. The sandbox has neither: ClusterIPs (10.96.x) must never
 be dialled (network rule), and the endpoint controllers cannot help because the API server
-refuses loopback addresses in Endpoints and EndpointSlices. So the runner gives each
+refuses loopback addresses in Endpoints and EndpointSlices (the sandbox does not run them). So the runner gives each
 process ``KNEEPOINT_RESOLVE`` (CONTRACTS B, curl's ``--resolve``): for every Service port,
 ``HOST:PORT:ADDR`` entries for the names DNS would answer -
 
