@@ -242,17 +242,21 @@ def quantiles_by_label(samples: list[tuple[str, dict[str, str], float]], metric:
 _SLOW_PASS = re.compile(r"pass took ([0-9.]+) s(?: \([^)]*\); actions: ([^\n]*))?")
 
 
-def longest_pass(log: Path) -> str:
-    """The longest pass the operator logged (it logs every pass of a second or more), and how many it logged."""
-    took = [float(m.group(1)) for m in _SLOW_PASS.finditer(log.read_text(errors="replace"))]
-    return f"{max(took):.2f} s ({len(took)} passes of 1 s or more)" if took else "none of 1 s or more"
+def slow_passes(log: Path) -> list[tuple[float, str]]:
+    """(seconds, the actions its step took) of every pass the operator logged (it logs each of a second or more)."""
+    return [(float(m.group(1)), m.group(2) or "?") for m in _SLOW_PASS.finditer(log.read_text(errors="replace"))]
 
 
-def slow_passes_by_actions(log: Path) -> str:
-    """The logged passes of a second or more grouped by the actions their step took: count and median seconds."""
+def longest_pass(slow: list[tuple[float, str]]) -> str:
+    """The longest logged pass, and how many were logged."""
+    return f"{max(t for t, _ in slow):.2f} s ({len(slow)} passes of 1 s or more)" if slow else "none of 1 s or more"
+
+
+def slow_passes_by_actions(slow: list[tuple[float, str]]) -> str:
+    """The logged passes grouped by the actions their step took: count and median seconds."""
     groups: dict[str, list[float]] = {}
-    for m in _SLOW_PASS.finditer(log.read_text(errors="replace")):
-        groups.setdefault(m.group(2) or "?", []).append(float(m.group(1)))
+    for took, what in slow:
+        groups.setdefault(what, []).append(took)
     rows = sorted(groups.items(), key=lambda kv: -len(kv[1]))
     return "; ".join(f"{what}: {len(t)} (median {statistics.median(t):.2f} s)" for what, t in rows) or "none"
 
@@ -675,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
         else "cores: not pinned (operator and sandbox share every core)"
     )
     print(f"all decided or failed after {t_done - t0:.0f} s; outcomes: {', '.join(f'{k} {v}' for k, v in sorted(decisions.items()))}")
+    slow = slow_passes(log_path)
     rows = [
         ("reconcile passes", f"{passes:.0f} ({passes / n:.1f} per experiment)"),
         (
@@ -691,8 +696,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not math.isinf(bound)
             ),
         ),
-        ("longest pass (the operator's log: passes of 1 s or more)", longest_pass(log_path)),
-        ("passes of 1 s or more by the actions they took", slow_passes_by_actions(log_path)),
+        ("longest pass (the operator's log: passes of 1 s or more)", longest_pass(slow)),
+        ("passes of 1 s or more by the actions they took", slow_passes_by_actions(slow)),
         (
             "pass time by part, p50 / p99 (histogram; passes)",
             quantiles_by_label(busy, "kneepoint_reconcile_part_seconds", "part"),
