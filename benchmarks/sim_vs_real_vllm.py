@@ -49,6 +49,7 @@ FIGURES = (
 MODELS: dict[str, tuple[str, dict, int]] = {
     # capture prefix: (example the capture engine's flags were built from, spec.model changes, its --max-num-seqs)
     "8b-tp1": ("experiment.yaml", {}, CAPTURE_MAX_NUM_SEQS),
+    "8b-h100-tp1": ("experiment.yaml", {}, CAPTURE_MAX_NUM_SEQS),
     "1b-tp1": (
         "experiment.yaml",
         {"uri": "hf://meta-llama/Llama-3.2-1B-Instruct", "architecture": {"preset": "llama-3.2-1b"}},
@@ -63,7 +64,10 @@ MODELS: dict[str, tuple[str, dict, int]] = {
     ),
 }
 """Real vLLM captures by model (tests/data/vllm/README.md: runs 1-4 the 8B, run 5 the 1B and 70B fp8 shapes,
-run 12 the 8B with online fp8, run 18 Qwen2.5-14B's shape, an architecture none of the fits saw)."""
+run 12 the 8B with online fp8, run 18 Qwen2.5-14B's shape, an architecture none of the fits saw, run 24 the 8B on an
+H100, a GPU none of the fits saw)."""
+GPUS = {"8b-h100-tp1": "h100-sxm"}
+"""The simulator's GPU (``kneepoint sim --gpu``) for captures taken on another GPU than the H200."""
 
 
 @functools.cache
@@ -86,7 +90,7 @@ def engine_args(max_num_seqs: int, model: str = "8b-tp1") -> list[str]:
 
     args = vllm_args(example_spec(model), Tier(1, 1))
     args[args.index("--max-num-seqs") + 1] = str(max_num_seqs)
-    return args
+    return [*args, "--gpu", GPUS[model]] if model in GPUS else args
 
 
 def capture_engine_args(capture: dict) -> list[str]:

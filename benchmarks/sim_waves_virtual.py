@@ -1,5 +1,5 @@
-"""Every real capture's workload on a virtual clock: the simulator's scheduler, step model and
-API-server intake under the load generator's closed loop, without HTTP; and real vLLM's bursts.
+"""Every real capture's workload on a virtual clock: the simulator's scheduler, step model,
+API-server intake and output path under the load generator's closed loop, without HTTP; and real vLLM's bursts.
 
 `benchmarks/sim_vs_real_vllm.py` runs `kneepoint sim` in real time over HTTP, so on a busy
 machine its figures carry the simulator process's own turnaround (and at 128 in flight, a
@@ -9,16 +9,16 @@ of the model can be judged on a loaded machine. Figures as the load generator co
 
     .venv/bin/python benchmarks/sim_waves_virtual.py [--no-async] [--model 1b-tp1] [--only r3-c64,c128] [--seeds 4]
         [--intake-us-per-request 9000] [--intake-gate-us-per-request 1000] [--intake-serial-us-per-request 1000] [--intake-us 1] [--intake-serial-us 0]
-        [--delay-ms 0] [--api-loop-us-per-token 0 [--api-loop-holds-tokens]] [--bursts]
+        [--delay-ms 0] [--output-us-per-output 17.7] [--output-us-per-write 58.6] [--bursts]
 
 `--no-async` plans each step when the previous one ends instead of as vLLM 0.24's asynchronous
 scheduling does (`SchedulerConfig.async_scheduling`, on in `kneepoint sim`); the `--intake-*`
 flags replace the API-server intake's constants (`serving.apiUsPerRequest`,
 `apiGateUsPerRequest`, `apiSerialUsPerRequest`, `apiUsPerPromptToken`, `apiSerialUsPerPromptToken`; `simulator.intake`);
 `--delay-ms` adds a fixed delay between a finish and the next request's arrival at the API
-server. `--api-loop-us-per-token` tries a model that is not the simulator's (`StreamingIntake`: the
-API server's loop streaming every token holds the intake; docs/simulator.md, "Tried on the virtual
-clock, not shipped"). `--bursts` replays instead real vLLM's isolated bursts (run 4's 1,024-token bursts of
+server. `--output-us-per-output` and `--output-us-per-write` replace the output path's costs
+(`serving.apiUsPerOutput`, `apiUsPerWrite`; `simulator.output_loop`; 0 and 0: every token reaches its
+client as its step ends, the simulator before run 24). `--bursts` replays instead real vLLM's isolated bursts (run 4's 1,024-token bursts of
 the 8B, run 8's 128- and 1,024-token bursts and c1 loads of the 8B and 1B: N requests sent at
 once, 16-token replies) and prints the mean TTFT and the first request's. Each request's times
 count from its send; prompts count one token more than the captures' words (the simulator's
@@ -43,56 +43,24 @@ from sim_vs_real_vllm import DATA, FIGURES, MODELS, capture_engine_args, capture
 from kneepoint.loadgen.statistics import percentile_sorted
 from kneepoint.simulator.engine import SimulatorSettings, scheduler_config
 from kneepoint.simulator.intake import Intake
+from kneepoint.simulator.output_loop import OutputLoop
 from kneepoint.simulator.scheduler import Scheduler
 from kneepoint.simulator.virtual_tier import start_engine
 
 BOS = 1  # the simulator counts a prompt of n words as n + 1 tokens
 
 
-class StreamingIntake(Intake):
-    """A model under trial, not the simulator's (docs/simulator.md, "Tried on the virtual clock, not shipped: the API
-    server's loop streaming every token"): the API server's one event loop spends ``us_per_token`` on every token a step
-    streams, and the intake's gate (its share of that loop) makes no progress while the loop works them off."""
-
-    def __init__(self, base: Intake, us_per_token: float, holds_tokens: bool) -> None:
-        super().__init__(
-            base.us_per_prompt_token,
-            base.serial_us_per_prompt_token,
-            base.us_per_request,
-            base.serial_us_per_request,
-            base.gate_us_per_request,
-        )
-        self.seconds_per_token = us_per_token * 1e-6
-        self.holds_tokens = holds_tokens
-        self.busy_until = 0.0
-
-    def stream(self, at: float, tokens: int) -> float:
-        """A step's ``tokens`` handed to the loop at ``at``; when the loop is done with them."""
-        self._advance_gate(at)
-        self.busy_until = max(self.busy_until, at) + tokens * self.seconds_per_token
-        return self.busy_until
-
-    def _advance_gate(self, until: float) -> None:
-        if self.busy_until > self._clock:
-            frozen = min(self.busy_until, until)
-            while self._delayed and self._delayed[0][0] <= frozen:  # requests reach the gate, which does not move
-                _, _, key, handover = heapq.heappop(self._delayed)
-                self._gate[key] = (self.gate_us_per_request * 1e-6, handover)
-            self._clock = max(self._clock, frozen)
-            if until <= self.busy_until:
-                return
-        super()._advance_gate(until)
-
-    def next_event(self) -> float | None:
-        t = super().next_event()
-        if t is not None and self._gate and t > self._clock < self.busy_until:
-            t = max(t, self.busy_until)
-        return t
-
-
-def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, async_scheduling: bool, intake: Intake) -> dict[str, float]:
+def run(
+    settings: SimulatorSettings,
+    config: dict,
+    delay: float,
+    seed: int,
+    async_scheduling: bool,
+    intake: Intake,
+    output: OutputLoop | None = None,
+) -> dict[str, float]:
     """The load generator's figures of one capture's first measured phase (after its warm-up)."""
-    concurrency, measured, warmup, output = config["concurrency"], config["numRequests"], config["warmupRequests"], config["outputLen"]
+    concurrency, measured, warmup, output_len = config["concurrency"], config["numRequests"], config["warmupRequests"], config["outputLen"]
     prompt = config["inputLen"] + BOS
     now = [0.0]
     sched_config = replace(scheduler_config(settings), async_scheduling=async_scheduling)
@@ -102,6 +70,7 @@ def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, asyn
     tokens: dict[int, list[float]] = {}
     done: list[int] = []
     sent, limit = 0, warmup  # the phase's last index + 1
+    engine_done: set[int] = set()  # finished in the engine; the client has its end once its last token is written
 
     def send(t: float) -> None:
         nonlocal sent
@@ -111,41 +80,43 @@ def run(settings: SimulatorSettings, config: dict, delay: float, seed: int, asyn
         starts[index], tokens[index] = t, []
         heapq.heappush(delayed, (t + delay, index))
 
-    seen: list[tuple[float, int]] = []  # (the client sees the request's end, index): a StreamingIntake holding tokens
+    def write(until: float) -> None:
+        assert output is not None
+        for at, key, n in output.written(until):
+            index = int(key)
+            tokens[index] += [at] * n
+            if index in engine_done and len(tokens[index]) == output_len:
+                done.append(index)
+                send(at)
 
     def drain(phase_end: int) -> None:
         while len(done) < phase_end:
-            while seen and seen[0][0] <= now[0]:
-                at, index = heapq.heappop(seen)
-                done.append(index)
-                send(at)
+            if output is not None:
+                write(now[0])
             if len(done) >= phase_end:
                 break
             while delayed and delayed[0][0] <= now[0]:
                 at, index = heapq.heappop(delayed)
                 intake.receive(at, index, prompt)
             for at, index in intake.reached(now[0]):
-                sched.add_request(str(index), prompt, output, arrival_time=at)
+                sched.add_request(str(index), prompt, output_len, arrival_time=at)
             step = sched.schedule(now[0])
             if step is None:
-                waits = (intake.next_event(), delayed[0][0] if delayed else None, seen[0][0] if seen else None)
+                waits = (intake.next_event(), delayed[0][0] if delayed else None, output.next_event() if output else None)
                 now[0] = max(min(t for t in waits if t is not None), now[0])
                 continue
             end = now[0] + step.duration
             outcome = sched.complete(step, end)
             now[0] = end
-            out = end
-            if isinstance(intake, StreamingIntake):
-                handled = intake.stream(end, len(outcome.tokens))
-                out = handled if intake.holds_tokens else end
+            if output is not None:
+                engine_done.update(int(req.request_id) for req in outcome.finished)
+                output.push(end, [req.request_id for req in outcome.tokens])
+                continue
             for req in outcome.tokens:
-                tokens[int(req.request_id)].append(out)
+                tokens[int(req.request_id)].append(end)
             for req in outcome.finished:
-                if out > end:
-                    heapq.heappush(seen, (out, int(req.request_id)))
-                else:
-                    done.append(int(req.request_id))
-                    send(end)
+                done.append(int(req.request_id))
+                send(end)
 
     # The load generator's phases: the warm-up drained, then the measured phase from a full closed loop.
     for _ in range(min(concurrency, warmup)):
@@ -216,15 +187,8 @@ def main() -> None:
     parser.add_argument("--intake-serial-us", type=float, default=None, help="per prompt token; default: the shipped calibration's")
     parser.add_argument("--bursts", action="store_true", help="replay real vLLM's isolated bursts instead of the closed-loop captures")
     parser.add_argument("--delay-ms", type=float, default=0.0)
-    parser.add_argument(
-        "--api-loop-us-per-token",
-        type=float,
-        default=0.0,
-        help="a model under trial: the API server's loop streams each token for this long and the intake's gate waits for it",
-    )
-    parser.add_argument(
-        "--api-loop-holds-tokens", action="store_true", help="with --api-loop-us-per-token: a token reaches the client once handled"
-    )
+    parser.add_argument("--output-us-per-output", type=float, default=None, help="default: the shipped calibration's")
+    parser.add_argument("--output-us-per-write", type=float, default=None, help="default: the shipped calibration's")
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--only", default="")
     parser.add_argument(
@@ -248,22 +212,21 @@ def main() -> None:
         api_serial_us_per_prompt_token=serving.api_serial_us_per_prompt_token if args.intake_serial_us is None else args.intake_serial_us,
     )
     only = {s for s in args.only.split(",") if s} or None
+    per_output = serving.api_us_per_output if args.output_us_per_output is None else args.output_us_per_output
+    per_write = serving.api_us_per_write if args.output_us_per_write is None else args.output_us_per_write
 
     def intake() -> Intake:
-        base = Intake.of(serving)
-        if args.api_loop_us_per_token <= 0:
-            return base
-        return StreamingIntake(base, args.api_loop_us_per_token, args.api_loop_holds_tokens)
+        return Intake.of(serving)
+
+    def output() -> OutputLoop | None:
+        loop = OutputLoop(per_output, per_write)
+        return None if loop.free else loop
 
     print(
         f"virtual clock, {'asynchronous' if args.async_ else 'synchronous'} scheduling, intake {serving.api_us_per_request:g} µs/request "
         f"({serving.api_gate_us_per_request:g} gate, {serving.api_serial_us_per_request:g} serial) + {serving.api_us_per_prompt_token:g} µs/token "
-        f"({serving.api_serial_us_per_prompt_token:g} serial), delay {args.delay_ms:g} ms, {args.seeds} seeds"
-        + (
-            f", API loop {args.api_loop_us_per_token:g} µs a token (a model under trial{', tokens held' if args.api_loop_holds_tokens else ''})"
-            if args.api_loop_us_per_token > 0
-            else ""
-        )
+        f"({serving.api_serial_us_per_prompt_token:g} serial), output loop {per_output:g} µs/output + {per_write:g} µs/write, "
+        f"delay {args.delay_ms:g} ms, {args.seeds} seeds"
     )
     worst, outside = 0.0, 0
 
@@ -281,7 +244,7 @@ def main() -> None:
             c = load["config"]
             if only and name not in only:
                 continue
-            runs = [run(settings, c, args.delay_ms / 1e3, seed, args.async_, intake()) for seed in range(args.seeds)]
+            runs = [run(settings, c, args.delay_ms / 1e3, seed, args.async_, intake(), output()) for seed in range(args.seeds)]
             mean, first = real_burst(load)
             workload = f"{c['inputLen']}/{c['outputLen']} c{c['concurrency']} x{c['numRequests']}"
             row(name, workload, "TTFT mean", mean, statistics.median(r["ttftMeanMs"] for r in runs))
@@ -295,7 +258,7 @@ def main() -> None:
             if cap.get("engineFlags"):  # run 23: the capture's engine ran with its own --max-num-seqs / --max-model-len
                 engine = start_engine([*capture_engine_args(cap), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
                 assert engine is not None
-            runs = [run(engine, c, args.delay_ms / 1e3, seed, args.async_, intake()) for seed in range(args.seeds)]
+            runs = [run(engine, c, args.delay_ms / 1e3, seed, args.async_, intake(), output()) for seed in range(args.seeds)]
             workload = f"{c['inputLen']}/{c['outputLen']} c{c['concurrency']} x{c['numRequests']}"
             for label, key in FIGURES:
                 row(name, workload, label, float(cap["summary"][key]), statistics.median(r[key] for r in runs))

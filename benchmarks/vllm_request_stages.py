@@ -44,13 +44,15 @@ RUNS = {
     "8b": ("8b-tp1-r20-stages.json.gz", "8b-tp1", "run 20"),
     "14b": ("14b-tp1-r21-stages.json.gz", "14b-tp1", "run 21"),
     "70b-fp8": ("70b-fp8-tp1-r22-stages.json.gz", "70b-fp8-tp1", "run 22"),
+    "8b-h100": ("8b-h100-tp1-r24-stages.json.gz", "8b-h100-tp1", "run 24"),
 }
 STAGE_RUNS = ("1b", "8b", "14b")  # the runs with every load; run 22 has its decode steps' loads only
 # The closed loops whose full batches give the decode steps, and a decoding request's mean context in them: 1,024-
 # token prompts with 256-token replies, the 70B fp8's with 64 (its --max-num-seqs is 64).
 DECODE_LOADS = dict.fromkeys(STAGE_RUNS, (("c1", 1), ("c8", 8), ("c32", 32), ("c128", 128)))
 DECODE_LOADS["70b-fp8"] = (("c1", 1), ("c8", 8), ("c32", 32), ("c64", 64))
-DECODE_CONTEXT = {"70b-fp8": 1024 + 32}
+DECODE_LOADS["8b-h100"] = (("c128", 128), ("c256", 256))  # run 24: 512-token prompts, 256 out, on an H100
+DECODE_CONTEXT = {"70b-fp8": 1024 + 32, "8b-h100": 512 + 128}
 
 # (name, from stamp, to stamp, what the span is)
 STAGES = (
@@ -202,6 +204,53 @@ def wave_renders(rows: list[dict[str, float]]) -> tuple[list[float], list[float]
         rendered = sorted(r["rendered"] for r in w)
         gaps += [(b - a) * 1e3 for a, b in zip(rendered, rendered[1:], strict=False)]
     return first, gaps
+
+
+@dataclass(frozen=True)
+class WaveEnd:
+    """A closed loop's wave boundary as the engine and the clients saw it (run 24)."""
+
+    idle_ms: float
+    """The engine idle between the wave's last step and the next wave's first."""
+    ends_while_idle: int
+    """Requests whose end reached their client while the engine was idle: finished in the engine before it."""
+
+
+def wave_ends(run: str, label: str, min_idle_ms: float = 300.0) -> list[WaveEnd]:
+    """The engine's idle gaps of at least ``min_idle_ms`` inside one load, and how many clients got their ends in them."""
+    rows = requests(run, label)
+    lo, hi = min(r["start"] for r in rows), max(r["end"] for r in rows)
+    busy = sorted(s[2] for s in _scheds(run) if s[4] and lo <= s[2] <= hi)
+    ends = sorted(r["end"] for r in rows)
+    out = []
+    for a, b in zip(busy, busy[1:], strict=False):
+        if (b - a) * 1e3 >= min_idle_ms:
+            out.append(WaveEnd((b - a) * 1e3, bisect.bisect_left(ends, b) - bisect.bisect_right(ends, a)))
+    return out
+
+
+def output_rates(run: str, label: str, seqs: int) -> tuple[float, float]:
+    """(outputs a second the engine made, outputs a second the API server's ``process_outputs`` handled) while the
+    engine decoded ``seqs`` sequences a step, every step: the decode-only stretches of full batches, from the second
+    step of a stretch to its last."""
+    rows = requests(run, label)
+    lo, hi = min(r["start"] for r in rows), max(r["end"] for r in rows)
+    sched = [s for s in _scheds(run) if s[4] and lo <= s[2] <= hi]
+    procs = sorted((s[2], s[4]) for s in load(run)["stamps"] if s[1] == "proc" and lo <= s[2] <= hi)
+    times = [t for t, _ in procs]
+    made = handled = span = 0.0
+    stretch: list[float] = []
+    for s in [*sched, None]:
+        if s is not None and s[4] == seqs and s[5] == seqs:
+            stretch.append(s[2])
+            continue
+        if len(stretch) >= 20:
+            a, b = stretch[1], stretch[-1]
+            made += seqs * (len(stretch) - 2)
+            handled += sum(n for _, n in procs[bisect.bisect_left(times, a) : bisect.bisect_left(times, b)])
+            span += b - a
+        stretch = []
+    return made / span, handled / span
 
 
 @functools.cache

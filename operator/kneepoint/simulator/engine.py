@@ -19,6 +19,7 @@ from typing import IO
 
 from kneepoint.core.gpus import GpuType
 from kneepoint.simulator.intake import Intake
+from kneepoint.simulator.output_loop import OutputLoop
 from kneepoint.simulator.perf_model import PerfModel
 from kneepoint.simulator.profiler import ProfilerConfig, SimProfiler
 from kneepoint.simulator.scheduler import Scheduler, SchedulerConfig, SimRequest, StepOutcome
@@ -216,6 +217,10 @@ class Engine:
         self._loop = loop
         self._intake = Intake.of(settings.perf.calibration.serving)
         self._intake_timer: asyncio.TimerHandle | None = None
+        serving = settings.perf.calibration.serving
+        self._output: OutputLoop[str] = OutputLoop(serving.api_us_per_output, serving.api_us_per_write)
+        self._output_timer: asyncio.TimerHandle | None = None
+        self._unwritten: dict[str, list] = {}  # request id -> [handle, tokens made and not yet written, finished in the engine]
         self._idle_arrival: float | None = None  # modelled arrival of the request that woke an idle engine
         config = scheduler_config(settings)
         self.scheduler = Scheduler(config, settings.perf.step_time, clock=loop.time, noise=settings.noise, seed=settings.seed)
@@ -320,7 +325,7 @@ class Engine:
         first step is paced from there, not from when this process got round to waking the loop."""
         if arrival is not None and not self.scheduler.has_work:
             self._idle_arrival = arrival
-        if handle.request_id in self.handles:
+        if handle.request_id in self.handles or handle.request_id in self._unwritten:
             # A client reused an X-Request-Id still in flight: the scheduler needs unique ids.
             handle.request_id = self._generated_id(handle.request_id.split("-", 1)[0], handle.seed)
         handle.prepare(finish_reason)
@@ -382,7 +387,7 @@ class Engine:
                 self.profiler.record_step(
                     step.start, step.duration, st.comm_seconds * scale, w.prefill_seqs, w.prefill_tokens, w.decode_seqs
                 )
-            finished = self._deliver(outcome)
+            finished = self._deliver(outcome, end)
             # Let the woken responses write their tokens before the next step is scheduled:
             # vLLM's API server streams outputs while the engine core computes the next
             # step, so a token's delivery does not wait for the next step's bookkeeping.
@@ -397,19 +402,49 @@ class Engine:
         if self._truth is not None:
             self._truth.close()
 
-    def _deliver(self, outcome: StepOutcome) -> dict[str, RequestHandle]:
-        """Hand each request its token; returns the handles of the requests that finished."""
+    def _deliver(self, outcome: StepOutcome, end: float) -> dict[str, RequestHandle]:
+        """Hand each request its token, through the API server's output path (``simulator.output_loop``) when it
+        costs anything; returns the handles of the requests that finished in the engine."""
         handles = self.handles
         finished = {}
+        made = []
         for req in outcome.tokens:
             handle = handles.get(req.request_id)
             if handle is None:
                 continue
             last = req.finish_time is not None
-            handle.on_token(last)
             if last:
                 finished[req.request_id] = handles.pop(req.request_id)
+            if self._output.free:
+                handle.on_token(last)
+                continue
+            entry = self._unwritten.setdefault(req.request_id, [handle, 0, False])
+            entry[1] += 1
+            entry[2] = last
+            made.append(req.request_id)
+        if made:
+            self._output.push(end, made)
+            self._pump_output()
         return finished
+
+    def _pump_output(self, due: float = 0.0) -> None:
+        """Write what the output path has done by now (or by ``due``, the event a timer was set for) and wake
+        again at its next write."""
+        if self._output_timer is not None:
+            self._output_timer.cancel()
+            self._output_timer = None
+        for _, request_id, tokens in self._output.written(max(self._loop.time(), due)):
+            entry = self._unwritten[request_id]
+            handle = entry[0]
+            entry[1] -= tokens
+            done = entry[2] and entry[1] == 0
+            if done:
+                del self._unwritten[request_id]
+            for i in range(tokens):
+                handle.on_token(done and i == tokens - 1)
+        wake = self._output.next_event()
+        if wake is not None:
+            self._output_timer = self._loop.call_at(wake, self._pump_output, wake)
 
     def _write_truth(self, req: SimRequest, handle: RequestHandle | None) -> None:
         w = self._wall_offset

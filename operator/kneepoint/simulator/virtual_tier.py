@@ -22,6 +22,9 @@ on simulated time, without sockets or sleeping. Nothing of the model is copied:
   inter-token gap, E2E latency) go through ``summarize_repeat``, ``select_repeat`` and
   ``build_summary``, so the keys and percentiles are CONTRACTS A's.
 
+- a token reaches its client through the simulator's model of the API server's output path
+  (:class:`~kneepoint.simulator.output_loop.OutputLoop`, as ``engine.Engine`` writes it): at 256
+  sequences real vLLM's server falls behind its engine and the closed loop's waves hold together;
 - a request reaches the engine through the simulator's API-server intake
   (:class:`~kneepoint.simulator.intake.Intake`, as ``engine.Engine`` admits it): a burst of
   prompts arrives later, and together, as on real vLLM. Without it every closed-loop slot's
@@ -29,7 +32,7 @@ on simulated time, without sockets or sleeping. Nothing of the model is copied:
   above real vLLM's where the HTTP simulator's was within 10 % (``benchmarks/predict_bands.py``).
 
 What differs from a load test over HTTP: there is no network or client time (a token reaches
-the client the instant its step ends) and the client never limits the run (``clientLimited``
+the client the instant the modelled output path writes it) and the client never limits the run (``clientLimited``
 false). Times are simulated
 seconds; wall-clock stamps in the summary are ``epoch`` plus simulated time.
 
@@ -57,6 +60,7 @@ from kneepoint.loadgen.summary import ClientLoad, RepeatSummary, build_summary, 
 from kneepoint.loadgen.workload import build_prompt, build_request_body
 from kneepoint.simulator.engine import SimulatorSettings, scheduler_config
 from kneepoint.simulator.intake import Intake
+from kneepoint.simulator.output_loop import OutputLoop
 from kneepoint.simulator.scheduler import Scheduler, SimRequest
 from kneepoint.simulator.startup import EXIT_REFUSED, EngineRefusal
 from kneepoint.simulator.tokens import count_chat_prompt, count_completion_prompt
@@ -221,7 +225,9 @@ class _VirtualRun:
         self.scheduler = Scheduler(config, settings.perf.step_time, clock=lambda: self.now, noise=settings.noise, seed=settings.seed)
         self.steps: list[_Step] = []
         self.sent = 0
-        self.intake = Intake.of(settings.perf.calibration.serving)
+        serving = settings.perf.calibration.serving
+        self.intake = Intake.of(serving)
+        self.output: OutputLoop[str] = OutputLoop(serving.api_us_per_output, serving.api_us_per_write)
 
     def prompt_tokens(self, phase: str) -> int:
         """Prompt tokens the simulator counts for this phase's prompts (synthetic prompts of one length count alike)."""
@@ -242,42 +248,56 @@ class _VirtualRun:
         times: dict[str, list[float]] = {}
         state = {"next": 0, "stopped": False}
 
-        def send() -> None:
+        def send(at: float) -> None:
             while not state["stopped"] and state["next"] < phase.count:
                 index = state["next"]
                 state["next"] += 1
                 self.sent += 1
                 if prompt >= limit or prompt + w.output_len > limit:
                     # The server answers 400 at once; the slot sends its next request.
-                    start = self.now
                     phase.records.append(
                         RequestRecord(
                             index=index,
-                            start=start,
+                            start=at,
                             input_tokens_asked=w.input_len,
                             output_tokens_asked=w.output_len,
                             error=HTTP_4XX,
                             message=f"400: maximum context length is {limit} tokens",
-                            end=start,
+                            end=at,
                         )
                     )
                     continue
                 rid = f"{phase.name}-{index}"
-                self.intake.receive(self.now, rid, prompt)
-                meta[rid] = (index, self.now)
+                self.intake.receive(at, rid, prompt)
+                meta[rid] = (index, at)
                 times[rid] = []
                 return
 
+        finished: dict[str, SimRequest] = {}  # done in the engine, their last tokens not written yet
+
+        def answered(req: SimRequest, at: float) -> None:
+            phase.records.append(self._record(req, meta.pop(req.request_id), times.pop(req.request_id)))
+            if stop is not None and not state["stopped"] and stop(phase.records):
+                state["stopped"] = True
+            send(at)
+
         for _ in range(min(w.concurrency, phase.count)):
-            send()
+            send(self.now)
         while meta:
-            for at, rid in self.intake.reached(self.now):
-                sched.add_request(str(rid), prompt, w.output_len, arrival_time=at)
+            for at, rid, n in self.output.written(self.now):
+                times[rid] += [at] * n
+                req = finished.get(rid)
+                if req is not None and len(times[rid]) == req.output_tokens:
+                    answered(finished.pop(rid), at)
+            if not meta:
+                break
+            for at, key in self.intake.reached(self.now):
+                sched.add_request(str(key), prompt, w.output_len, arrival_time=at)
             step = sched.schedule(self.now)
             if step is None:
-                reach = self.intake.next_event()
-                if reach is not None:
-                    self.now = max(self.now, reach)  # idle until the intake next changes
+                waits = [t for t in (self.intake.next_event(), self.output.next_event()) if t is not None]
+                if waits:
+                    self.now = max(self.now, min(waits))  # idle until the intake or the output path next changes
                     continue
                 raise RuntimeError("the scheduler has requests but cannot schedule any (KV pool smaller than one request)")
             usage = sched.kv_cache_usage
@@ -287,13 +307,14 @@ class _VirtualRun:
             st = step.step_time
             scale = step.duration / st.seconds if st.seconds > 0 else 1.0
             self.steps.append(_Step(end, step.duration, st.comm_seconds * scale, usage, len(outcome.tokens), len(step.preempted)))
+            if not self.output.free:  # the tokens reach their clients through the API server's output path
+                self.output.push(end, [req.request_id for req in outcome.tokens])
+                finished.update((req.request_id, req) for req in outcome.finished)
+                continue
             for req in outcome.tokens:
                 times[req.request_id].append(end)
             for req in outcome.finished:
-                phase.records.append(self._record(req, meta.pop(req.request_id), times.pop(req.request_id)))
-                if stop is not None and not state["stopped"] and stop(phase.records):
-                    state["stopped"] = True
-                send()
+                answered(req, end)
 
     def _record(self, req: SimRequest, meta: tuple[int, float], token_times: list[float]) -> RequestRecord:
         index, start = meta

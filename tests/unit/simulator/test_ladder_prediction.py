@@ -43,8 +43,8 @@ def test_the_shipped_bands_cover_every_real_vllm_capture() -> None:
     assert len(rows) >= 40 and {r[0].split("-r")[0] for r in rows} >= {"c1", "14b"}
     assert max(abs(r[2]) for r in rows if r[5] <= lp.MEASURED_CONCURRENCY) <= lp.TP1_THROUGHPUT_BAND
     assert max(abs(r[4]) for r in rows) <= lp.TP1_P99_BAND
-    # Above 128 in flight (run 23b: the 8B at c256) the simulator is 5.5-17.5 % fast: the wider band covers it, the
-    # narrow one would not.
+    # Above 128 in flight (run 23b: the 8B at c256) the prediction is -9.3 % and +0.9 % off (with the API server's
+    # output path; 5.5-17.5 % fast before it): the wider band covers it, the narrow one would not.
     high = [r for r in rows if r[5] > lp.MEASURED_CONCURRENCY]
     assert {r[0] for r in high} == {"r23-highconc-r3", "r23-highconc-expect"}
     assert (
@@ -60,13 +60,13 @@ def test_the_shipped_bands_cover_every_real_vllm_capture() -> None:
 
 
 def test_bands_grow_with_tp_and_over_pcie() -> None:
-    assert lp.bands(Tier(1), "nvlink") == (0.03, 0.36, 0.0)
+    assert lp.bands(Tier(1), "nvlink") == (0.035, 0.36, 0.0)
     t, p, s = lp.bands(Tier(4), "nvlink")
-    assert (round(t, 3), round(p, 3), s) == (0.17, 0.5, 0.14)
+    assert (round(t, 3), round(p, 3), s) == (0.175, 0.5, 0.14)
     assert lp.bands(Tier(4), "pcie")[2] == 0.322
     assert lp.bands(Tier(1), "nvlink", fp8=True) == (0.06, 0.36, 0.0)
-    assert lp.bands(Tier(1), "nvlink", concurrency=128) == (0.03, 0.36, 0.0)
-    assert lp.bands(Tier(1), "nvlink", concurrency=129)[0] == lp.bands(Tier(1), "nvlink", fp8=True, concurrency=256)[0] == 0.18
+    assert lp.bands(Tier(1), "nvlink", concurrency=128) == (0.035, 0.36, 0.0)
+    assert lp.bands(Tier(1), "nvlink", concurrency=129)[0] == lp.bands(Tier(1), "nvlink", fp8=True, concurrency=256)[0] == 0.10
     assert round(lp.bands(Tier(2), "nvlink", fp8=True)[0], 3) == 0.2
 
 

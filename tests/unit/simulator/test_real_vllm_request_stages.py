@@ -1,4 +1,5 @@
-"""Runs 19-22 (tests/data/vllm/README.md): real vLLM 0.24 stamped request by request, the 1B, 8B, 14B, 70B fp8.
+"""Runs 19-22 and 24 (tests/data/vllm/README.md): real vLLM 0.24 stamped request by request, the 1B, 8B, 14B, 70B fp8
+on an H200 and the 8B on an H100 at 256 in flight.
 
 Every request of the closed loops was stamped inside vLLM's API server and EngineCore
 (`benchmarks/vllm_request_stages.py` joins the stamps; docs/simulator.md, "Inside real vLLM, request by
@@ -106,6 +107,8 @@ def test_the_decode_steps_unprofiled_are_the_models() -> None:
         assert r["steps"] >= (50 if r["run"] == "70b-fp8" else 400), r
         if r["run"] == "1b":
             assert -0.25 < r["error"] < 0.0, r
+        elif r["run"] == "8b-h100":  # a GPU none of the fits saw: +2.9 % at 128, +4.3 % at 256 sequences
+            assert 0.0 < r["error"] < 0.05, r
         else:
             assert abs(r["error"]) < (0.04 if r["run"] == "70b-fp8" else 0.03), r
     # and the 8B's 8,192-token prefill steps
@@ -147,7 +150,7 @@ def test_a_prefill_step_within_the_piecewise_graphs_costs_vllm_about_10_ms() -> 
 def test_a_steps_tokens_come_out_after_the_next_step_is_launched() -> None:
     # vLLM 0.24's asynchronous scheduling (EngineCore.step_with_batch_queue) launches step k+1 before it hands
     # out step k's tokens: every lone prompt's first token is updated after the next step was scheduled.
-    for run in stages.RUNS:
+    for run in (r for r in stages.RUNS if "c1" in stages.load(r)["clients"]):
         scheds = sorted(s[2] for s in stages.load(run)["stamps"] if s[1] == "sched" and s[4])
         for r in stages.requests(run, "c1"):
             nxt = next(t for t in scheds if t > r["sched"])
@@ -176,3 +179,48 @@ def test_each_request_reaching_the_enginecore_costs_its_loop_about_a_millisecond
         assert 0.5 < per < 1.1, (run, per)
         alone = stages.median([ms for n, ms in points if n == 0])
         assert base == pytest.approx(alone, rel=0.25), run
+
+
+def test_at_256_sequences_the_api_servers_output_path_falls_behind_and_the_engine_waits_between_waves() -> None:
+    # Run 24, the 8B on an H100: at 256 sequences every step's outputs are two slices of vLLM's output handler, which
+    # yields between them, so every response writes every token (no merging): the API server handled about 13,100
+    # outputs a second where the engine made 15,800, fell behind over each wave, and the engine sat idle 0.77-0.97 s
+    # after each wave while all 256 clients got their ends. At 128 (one slice) the same server kept up.
+    made, handled = stages.output_rates("8b-h100", "c256", 256)
+    assert 15_000 < made < 16_500 and handled < 0.88 * made
+    ends = stages.wave_ends("8b-h100", "c256")
+    assert len(ends) == 3 and all(e.idle_ms > 700 and e.ends_while_idle == 256 for e in ends)
+    chunks = sorted(r["chunks"] for r in stages.load("8b-h100")["clients"]["c256"]["requests"])
+    assert chunks[len(chunks) // 2] == 256
+    made, handled = stages.output_rates("8b-h100", "c128", 128)
+    assert handled == pytest.approx(made, rel=0.01)
+    assert stages.wave_ends("8b-h100", "c128") == []
+    # Run 19's 1B at 128 made 22,400 outputs a second and its server kept up by merging: 172 chunks for 256 tokens.
+    made, handled = stages.output_rates("1b", "c128", 128)
+    assert made > 20_000 and handled == pytest.approx(made, rel=0.01)
+    chunks = sorted(r["chunks"] for r in stages.load("1b")["clients"]["c128"]["requests"])
+    assert chunks[len(chunks) // 2] < 200
+
+
+def test_the_models_output_loop_falls_behind_where_vllms_does_and_keeps_up_where_it_kept_up() -> None:
+    # The simulator's output path (simulator.output_loop, the shipped calibration) fed each load's real step rate:
+    # behind by 0.87 s over a wave's 256 decode steps at 256 sequences (the engine's idle gaps: 0.77-0.97 s), within a
+    # few steps at 128.
+    from kneepoint.simulator.calibration import load_calibration
+    from kneepoint.simulator.output_loop import OutputLoop
+
+    serving = load_calibration().serving
+
+    def behind_after(run: str, label: str, seqs: int, steps: int = 256) -> float:
+        made, _ = stages.output_rates(run, label, seqs)
+        loop, interval, keys = OutputLoop(serving.api_us_per_output, serving.api_us_per_write), seqs / made, list(range(seqs))
+        for i in range(1, steps + 1):
+            loop.push(i * interval, keys)
+        last = 0.0
+        while (t := loop.next_event()) is not None:
+            last = max([last, *(w[0] for w in loop.written(t))])
+        return last - steps * interval
+
+    assert 0.7 < behind_after("8b-h100", "c256", 256) < 1.0
+    assert behind_after("8b-h100", "c128", 128) < 3 * 128 / stages.output_rates("8b-h100", "c128", 128)[0]
+    assert behind_after("1b", "c128", 128) < 3 * 128 / stages.output_rates("1b", "c128", 128)[0]

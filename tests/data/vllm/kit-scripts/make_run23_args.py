@@ -9,6 +9,7 @@ repeated prompt), and ``--expect`` from the prediction the operator would make
 (``simulator.ladder_prediction.predict_ladder`` on the fleet's labels: NVIDIA-H200, nvlink).
 
     PYTHONPATH=operator:benchmarks .venv/bin/python tests/data/vllm/kit-scripts/make_run23_args.py .device-kit/scripts
+    PYTHONPATH=operator:benchmarks .venv/bin/python tests/data/vllm/kit-scripts/make_run23_args.py --run24 tests/data/vllm/kit-scripts
 """
 
 from __future__ import annotations
@@ -95,11 +96,25 @@ def main(out_dir: str) -> None:
         write(out, tag, engine, runs)
 
 
-def write(out: Path, tag: str, engine: list[str], loads: dict[str, list[str]]) -> None:
-    (out / f"run23{tag}-engine-args.txt").write_text(" ".join(engine) + "\n")
-    (out / f"run23{tag}-loads.txt").write_text("".join(f"{name} {' '.join(args)}\n" for name, args in loads.items()))
-    print((out / f"run23{tag}-engine-args.txt").read_text() + (out / f"run23{tag}-loads.txt").read_text())
+def run24(out_dir: str) -> None:
+    """Run 24 (exp-waves.sh): run 23b's engine (decision_cost.py's 8b/h200 highconc at TP1), and one repeat each of
+    the highconc and the example experiment's Job beside the stamped closed loops, new seeds."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from decision_cost import FLEETS, MODELS, WORKLOADS, Scenario
+
+    spec = Scenario(MODELS["8b"], FLEETS["h200"], WORKLOADS["highconc"]).spec()
+    example = parse_spec(yaml.safe_load((ROOT / "deploy/examples/experiment.yaml").read_text())["spec"])
+    engine = vllm_args(spec, TP1)
+    engine[0] = MODEL_DIR
+    loads = {"highconc-r1": job_args(spec, 2403, repeats=1), "example-r1": job_args(example, 2404, repeats=1)}
+    write(Path(out_dir), "", engine, loads, run="run24")
+
+
+def write(out: Path, tag: str, engine: list[str], loads: dict[str, list[str]], run: str = "run23") -> None:
+    (out / f"{run}{tag}-engine-args.txt").write_text(" ".join(engine) + "\n")
+    (out / f"{run}{tag}-loads.txt").write_text("".join(f"{name} {' '.join(args)}\n" for name, args in loads.items()))
+    print((out / f"{run}{tag}-engine-args.txt").read_text() + (out / f"{run}{tag}-loads.txt").read_text())
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    run24(sys.argv[2]) if sys.argv[1] == "--run24" else main(sys.argv[1])

@@ -1,9 +1,11 @@
-"""Run 23's archives -> tests/data/vllm: each load as ``8b-tp1-loadgen-r23-<load>.json`` (the load generator's
+"""Runs 23's and 24's archives -> tests/data/vllm: each load as ``8b-tp1-loadgen-r23-<load>.json`` (run 24, on an
+H100: ``8b-h100-tp1-loadgen-r24-<load>.json``) (the load generator's
 summary, config, repeat rule and repeats, plus ``engineFlags``: the engine's flags that differ from the 8B captures'
 replay flags, benchmarks/sim_vs_real_vllm.py) and ``...-requests.json.gz`` (every request, without its ITL list, to
 keep the tree small enough for the device calls' 64 MiB), and the engine's start-up log.
 
-    python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r23x tests/data/vllm
+    python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r23x tests/data/vllm r23 r23b r23c
+    python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r24x tests/data/vllm r24
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ import json
 import sys
 from pathlib import Path
 
-RUNS = {"r23": ("example", "chat"), "r23b": ("highconc",), "r23c": ("long",)}
+RUNS = {  # run folder: (its engine's flags, the captures' model prefix)
+    "r23": ("run23-engine-args.txt", "8b-tp1"),
+    "r23b": ("run23b-engine-args.txt", "8b-tp1"),
+    "r23c": ("run23c-engine-args.txt", "8b-tp1"),
+    "r24": ("run24-engine-args.txt", "8b-h100-tp1"),
+}
 
 
 def engine_flags(engine_args: str) -> dict[str, str]:
@@ -21,11 +28,12 @@ def engine_flags(engine_args: str) -> dict[str, str]:
     return {w: words[i + 1] for i, w in enumerate(words) if w in ("--max-num-seqs", "--max-model-len")}
 
 
-def main(src: str, dst: str) -> None:
+def main(src: str, dst: str, runs: list[str]) -> None:
     out = Path(dst)
-    for run in RUNS:
+    for run in runs:
         folder = Path(src) / run
-        flags = engine_flags((folder / f"run23{run[3:]}-engine-args.txt").read_text())
+        engine_file, prefix = RUNS[run]
+        flags = engine_flags((folder / engine_file).read_text())
         for saved in sorted(folder.glob("lg-*.json")):
             if saved.name.endswith(".termination.json"):
                 continue
@@ -36,14 +44,14 @@ def main(src: str, dst: str) -> None:
                 r.pop("itlMs", None)
             doc["engineFlags"] = flags
             doc["termination"] = json.loads((folder / f"lg-{load}.termination.json").read_text())
-            base = out / f"8b-tp1-loadgen-r23-{load}"
+            base = out / f"{prefix}-loadgen-{run[:3]}-{load}"
             base.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
             with gzip.open(f"{base}-requests.json.gz", "wt", compresslevel=9) as handle:
                 json.dump(requests, handle, separators=(",", ":"))
-        log = (folder / "serve.log").read_text().splitlines()
+        log = next(iter(folder.glob("serve*.log"))).read_text().splitlines()  # run 24's is serve-8b.log
         end = next((i for i, line in enumerate(log) if "Application startup complete" in line), len(log) - 1)
-        (out / f"8b-tp1-serve-{run}.log").write_text("\n".join(log[: end + 1]) + "\n")  # the start-up, not the access log
+        (out / f"{prefix}-serve-{run}.log").write_text("\n".join(log[: end + 1]) + "\n")  # the start-up, not the access log
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])
