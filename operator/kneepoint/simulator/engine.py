@@ -204,6 +204,17 @@ class RequestHandle:
         return chunks
 
 
+@dataclass
+class _Unwritten:
+    """A response's tokens between the engine and the output path's write (``simulator.output_loop``)."""
+
+    handle: RequestHandle
+    tokens: int = 0
+    """Made by the engine, not written yet."""
+    finished: bool = False
+    """The engine made the request's last token."""
+
+
 # --------------------------------------------------------------------------------------------
 # The engine
 
@@ -220,7 +231,7 @@ class Engine:
         serving = settings.perf.calibration.serving
         self._output: OutputLoop[str] = OutputLoop(serving.api_us_per_output, serving.api_us_per_write)
         self._output_timer: asyncio.TimerHandle | None = None
-        self._unwritten: dict[str, list] = {}  # request id -> [handle, tokens made and not yet written, finished in the engine]
+        self._unwritten: dict[str, _Unwritten] = {}  # by request id: tokens the engine made that the output path has not written
         self._idle_arrival: float | None = None  # modelled arrival of the request that woke an idle engine
         config = scheduler_config(settings)
         self.scheduler = Scheduler(config, settings.perf.step_time, clock=loop.time, noise=settings.noise, seed=settings.seed)
@@ -418,9 +429,9 @@ class Engine:
             if self._output.free:
                 handle.on_token(last)
                 continue
-            entry = self._unwritten.setdefault(req.request_id, [handle, 0, False])
-            entry[1] += 1
-            entry[2] = last
+            entry = self._unwritten.setdefault(req.request_id, _Unwritten(handle))
+            entry.tokens += 1
+            entry.finished = last
             made.append(req.request_id)
         if made:
             self._output.push(end, made)
@@ -435,13 +446,12 @@ class Engine:
             self._output_timer = None
         for _, request_id, tokens in self._output.written(max(self._loop.time(), due)):
             entry = self._unwritten[request_id]
-            handle = entry[0]
-            entry[1] -= tokens
-            done = entry[2] and entry[1] == 0
+            entry.tokens -= tokens
+            done = entry.finished and entry.tokens == 0
             if done:
                 del self._unwritten[request_id]
             for i in range(tokens):
-                handle.on_token(done and i == tokens - 1)
+                entry.handle.on_token(done and i == tokens - 1)
         wake = self._output.next_event()
         if wake is not None:
             self._output_timer = self._loop.call_at(wake, self._pump_output, wake)
