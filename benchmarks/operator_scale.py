@@ -17,6 +17,8 @@ more with nothing to do:
   by resource, before and after the operator started (the difference is the operator's),
   and the operator's TCP connections to the API server (psutil);
 - operator CPU seconds and resident memory (psutil, sampled every second);
+- the wait of a pass for one of the operator's pass slots
+  (``kneepoint_reconcile_queue_seconds``, ``--max-concurrent-passes``), which is not part of the pass;
 - time from the create call returning (what ``kubectl apply`` does) to the experiment's
   first child Deployment appearing in a watch;
 - the machine's load average, sampled every second while the experiments ran.
@@ -192,7 +194,7 @@ def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
 def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
     """PromQL's histogram_quantile over cumulative (upper bound, count) pairs."""
     buckets = sorted(buckets)
-    total = buckets[-1][1]
+    total = buckets[-1][1] if buckets else 0.0
     if total <= 0:
         return math.nan
     rank = q * total
@@ -215,8 +217,10 @@ def api_requests(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
     return {labels["method"]: v for name, labels, v in samples if name == "kneepoint_api_requests_total"}
 
 
-def reconcile_buckets(samples: list[tuple[str, dict[str, str], float]]) -> list[tuple[float, float]]:
-    return [(float(labels["le"]), v) for name, labels, v in samples if name == "kneepoint_reconcile_duration_seconds_bucket"]
+def reconcile_buckets(
+    samples: list[tuple[str, dict[str, str], float]], metric: str = "kneepoint_reconcile_duration_seconds"
+) -> list[tuple[float, float]]:
+    return [(float(labels["le"]), v) for name, labels, v in samples if name == f"{metric}_bucket"]
 
 
 def buckets_by_label(samples: list[tuple[str, dict[str, str], float]], metric: str, label: str) -> dict[str, list[tuple[float, float]]]:
@@ -516,6 +520,12 @@ def main(argv: list[str] | None = None) -> int:
         default=(os.cpu_count() or 1) >= 2,
         help=f"sandbox on core {SANDBOX_CORE}, operator on core {OPERATOR_CORE} (default on 2 or more cores)",
     )
+    p.add_argument(
+        "--max-concurrent-passes",
+        type=int,
+        default=None,
+        help="the operator's KNEEPOINT_MAX_CONCURRENT_PASSES (default: the operator's own default; 0: no limit)",
+    )
     args = p.parse_args(argv)
     # Stop on SIGTERM as on Ctrl-C: the finally blocks stop the operator and the sandbox.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -573,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         KNEEPOINT_METRICS_ADDRESS="127.0.0.1",
         PYTHONUNBUFFERED="1",
     )
+    if args.max_concurrent_passes is not None:
+        env["KNEEPOINT_MAX_CONCURRENT_PASSES"] = str(args.max_concurrent_passes)
     log_path = sandbox.paths.logs / "operator-scale.log"
     sampler: ProcessSampler | None = None
     load_sampler = LoadSampler()
@@ -656,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu_active = (active[-1][2] - active[0][2]) if len(active) > 1 else math.nan
     cpu_idle = (idle_samples[-1][2] - idle_samples[0][2]) if len(idle_samples) > 1 else math.nan
     buckets_busy = reconcile_buckets(busy)
+    buckets_queue = reconcile_buckets(busy, "kneepoint_reconcile_queue_seconds")
     req_start, req_busy, req_idle = api_requests(idle_start_metrics), api_requests(busy), api_requests(idle)
     total_busy = sum(req_busy.values()) - sum(req_start.values())
     total_idle = sum(req_idle.values()) - sum(req_busy.values())
@@ -695,6 +708,11 @@ def main(argv: list[str] | None = None) -> int:
                 for bound, count in sorted(buckets_busy)
                 if not math.isinf(bound)
             ),
+        ),
+        (
+            "wait for a pass slot p50 / p99 (histogram; not in the pass)",
+            f"{histogram_quantile(0.5, buckets_queue) * 1000:.0f} ms / {histogram_quantile(0.99, buckets_queue) * 1000:.0f} ms "
+            f"(limit {env.get('KNEEPOINT_MAX_CONCURRENT_PASSES', 'the default')})",
         ),
         ("longest pass (the operator's log: passes of 1 s or more)", longest_pass(slow)),
         ("passes of 1 s or more by the actions they took", slow_passes_by_actions(slow)),

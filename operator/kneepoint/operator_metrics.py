@@ -48,6 +48,14 @@ class OperatorMetrics:
             buckets=PASS_BUCKETS,
             registry=self.registry,
         )
+        self.queue_wait = Histogram(
+            "kneepoint_reconcile_queue_seconds",
+            "How long a reconcile pass waited for one of the operator's pass slots (KNEEPOINT_MAX_CONCURRENT_PASSES) "
+            "before it started; not part of kneepoint_reconcile_duration_seconds (as controller-runtime's "
+            "workqueue_queue_duration_seconds beside its reconcile_time_seconds).",
+            buckets=API_BUCKETS,
+            registry=self.registry,
+        )
         self.api_requests = Counter(
             "kneepoint_api_requests_total",
             "Kubernetes API requests made by the reconciler, by client method (read_namespaced_job, ...).",

@@ -11,6 +11,7 @@ runs passes until the experiment waits (at most ``max_passes_per_wakeup``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -201,6 +202,9 @@ class Reconciler:
         self._prometheus: dict[str, PrometheusReader] = {}
         self._prometheus_factory = prometheus_factory or (lambda url, interval: PrometheusReader(url, scrape_interval_seconds=interval))
         self.metrics = metrics or OperatorMetrics()
+        limit = settings.max_concurrent_passes
+        self._slots: asyncio.Semaphore | contextlib.nullcontext[None] = asyncio.Semaphore(limit) if limit else contextlib.nullcontext()
+        """Passes at once over all experiments (FIFO: asyncio's semaphore serves waiters in order)."""
         self._posting: dict[tuple[str, str], list[asyncio.Future[Any]]] = {}
         """Events being posted, per experiment whose wake-up is running (awaited before it returns)."""
         self._predicting: dict[tuple[object, ...], asyncio.Task[LadderPrediction]] = {}
@@ -230,44 +234,58 @@ class Reconciler:
 
     async def _passes(self, name: str, namespace: str) -> float | None:
         for _ in range(self.settings.max_passes_per_wakeup):
-            body = await self.reader.experiment(namespace, name)
-            if body is None or body["metadata"].get("deletionTimestamp"):
-                uid = (body or {}).get("metadata", {}).get("uid", "")
-                self.queue.leave(uid)
-                self.metrics.set_phase(uid, None)
-                return None
-            started = time.perf_counter()
-            timing: dict[str, float] = {}  # where this pass spent its time, by part (logged when it is slow)
-            step = None
-            try:
-                step = await self._pass(body, timing)
-            except PredictionPending:
-                # No step until the prediction is ready: the computation's end wakes this experiment (on_ready),
-                # so the daemon sleeps instead of holding a pass open for seconds of simulation.
-                log.debug("%s/%s: predicting the ladder on the simulator; woken when it is ready", namespace, name)
-                step = None
-            except Exception:
-                self.metrics.errors.inc()
-                raise
-            finally:
-                took = time.perf_counter() - started
-                self.metrics.duration.observe(took)
-                self.metrics.passes.inc()
-                for part, seconds in timing.items():
-                    self.metrics.pass_parts.labels(part).observe(seconds)
-                if took >= SLOW_PASS_SECONDS:  # where a slow pass spent its time: API round trips, the lock, a prediction
-                    parts = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in timing.items())
-                    did = ", ".join(sorted({type(a).__name__ for a in step.actions})) if step is not None else ""
-                    log.info("%s/%s: pass took %.2f s (%s); actions: %s", namespace, name, took, parts or "before its reads", did or "none")
-            if step is None:
-                return None
-            if not step.progressed or (step.requeue_after or 0) > 0:
-                if step.requeue_after is not None:
-                    return step.requeue_after
-                # Decided or Failed: nothing changes until the spec does, and a spec change
-                # wakes the daemon (handlers.experiment_changed); no periodic re-reads.
-                return None if is_settled(step.status) else self.settings.idle_poll_seconds
+            # One slot per pass, not per wake-up: a chain of passes (plan -> deploy) lets others in between.
+            queued = time.perf_counter()
+            async with self._slots:
+                self.metrics.queue_wait.observe(time.perf_counter() - queued)
+                done, delay = await self._slotted_pass(name, namespace)
+            if done:
+                return delay
         return 0.5
+
+    async def _slotted_pass(self, name: str, namespace: str) -> tuple[bool, float | None]:
+        """One pass, holding a slot: (True, seconds until the next look or None for none) when the wake-up
+        should end, (False, None) when the next pass should follow at once.
+
+        The experiment is read after the wait for the slot, so the pass sees what changed while it waited."""
+        body = await self.reader.experiment(namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            uid = (body or {}).get("metadata", {}).get("uid", "")
+            self.queue.leave(uid)
+            self.metrics.set_phase(uid, None)
+            return True, None
+        started = time.perf_counter()
+        timing: dict[str, float] = {}  # where this pass spent its time, by part (logged when it is slow)
+        step = None
+        try:
+            step = await self._pass(body, timing)
+        except PredictionPending:
+            # No step until the prediction is ready: the computation's end wakes this experiment (on_ready),
+            # so the daemon sleeps instead of holding a pass open for seconds of simulation.
+            log.debug("%s/%s: predicting the ladder on the simulator; woken when it is ready", namespace, name)
+            step = None
+        except Exception:
+            self.metrics.errors.inc()
+            raise
+        finally:
+            took = time.perf_counter() - started
+            self.metrics.duration.observe(took)
+            self.metrics.passes.inc()
+            for part, seconds in timing.items():
+                self.metrics.pass_parts.labels(part).observe(seconds)
+            if took >= SLOW_PASS_SECONDS:  # where a slow pass spent its time: API round trips, the lock, a prediction
+                parts = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in timing.items())
+                did = ", ".join(sorted({type(a).__name__ for a in step.actions})) if step is not None else ""
+                log.info("%s/%s: pass took %.2f s (%s); actions: %s", namespace, name, took, parts or "before its reads", did or "none")
+        if step is None:
+            return True, None
+        if not step.progressed or (step.requeue_after or 0) > 0:
+            if step.requeue_after is not None:
+                return True, step.requeue_after
+            # Decided or Failed: nothing changes until the spec does, and a spec change
+            # wakes the daemon (handlers.experiment_changed); no periodic re-reads.
+            return True, None if is_settled(step.status) else self.settings.idle_poll_seconds
+        return False, None
 
     # ------------------------------------------------------------------ one pass
     async def _pass(self, body: dict[str, Any], timing: dict[str, float] | None = None) -> Step | None:

@@ -19,6 +19,16 @@ def _env_float(name: str, default: float) -> float:
     return float(raw) if raw not in (None, "") else default
 
 
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, not {raw!r}") from None
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     """Settings of one operator process."""
@@ -42,6 +52,12 @@ class OperatorSettings:
     """Kubernetes API calls run in worker threads (the client is synchronous); this many at once, with as many
     pooled connections (KNEEPOINT_API_THREADS). Python's default, cores + 4, queues calls once a few dozen
     experiments are active."""
+    max_concurrent_passes: int = 8
+    """Reconcile passes that run at once, over all experiments (KNEEPOINT_MAX_CONCURRENT_PASSES; 0: no limit), as
+    controller-runtime's MaxConcurrentReconciles. A pass waits for a slot before it reads its experiment, and the wait
+    is kept apart from the pass (kneepoint_reconcile_queue_seconds). A burst of experiments (a GitOps apply of a
+    hundred) otherwise sends every pass's writes to the API server at once, and each round trip waits behind all the
+    others: bounded, the same writes leave in turn and each pass takes what its own round trips take."""
     fleet_cache_seconds: float = 5.0
     """Nodes and GPU-holding pods are listed at most once per this many seconds, shared by every experiment's
     capacity check (KNEEPOINT_FLEET_CACHE_SECONDS; 0 lists them on every check)."""
@@ -71,7 +87,16 @@ class OperatorSettings:
             "metrics_port": int(os.environ.get("KNEEPOINT_METRICS_PORT", cls.metrics_port)),
             "metrics_address": os.environ.get("KNEEPOINT_METRICS_ADDRESS", cls.metrics_address),
             "fleet_cache_seconds": _env_float("KNEEPOINT_FLEET_CACHE_SECONDS", cls.fleet_cache_seconds),
-            "api_threads": int(os.environ.get("KNEEPOINT_API_THREADS", cls.api_threads)),
+            "api_threads": _env_int("KNEEPOINT_API_THREADS", cls.api_threads),
+            "max_concurrent_passes": _env_int("KNEEPOINT_MAX_CONCURRENT_PASSES", cls.max_concurrent_passes),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_passes < 0:
+            raise ValueError(
+                f"KNEEPOINT_MAX_CONCURRENT_PASSES must be 0 (no limit) or a positive number of passes, not {self.max_concurrent_passes}"
+            )
+        if self.api_threads < 1:
+            raise ValueError(f"KNEEPOINT_API_THREADS must be at least 1, not {self.api_threads}")

@@ -185,15 +185,15 @@ def command(
     """Run the kneepoint operator against the current kube context (or in-cluster config)."""
     from kneepoint.kube.leader_election import timing_from_env
 
-    settings = OperatorSettings.from_env(
-        prometheus_url=prometheus_url,
-        operator_image=image,
-        namespaces=namespaces or None,
-        prometheus_scrape_interval_seconds=scrape_interval,
-        json_logs=json_logs or None,
-        metrics_port=metrics_port,
-    )
     try:
+        settings = OperatorSettings.from_env(
+            prometheus_url=prometheus_url,
+            operator_image=image,
+            namespaces=namespaces or None,
+            prometheus_scrape_interval_seconds=scrape_interval,
+            json_logs=json_logs or None,
+            metrics_port=metrics_port,
+        )
         timing_from_env()
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc

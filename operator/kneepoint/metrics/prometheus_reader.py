@@ -51,6 +51,10 @@ def _vector(result: list[dict[str, Any]]) -> tuple[float, ...]:
     return tuple(v for _, v in sorted(values))
 
 
+CLIENT_MARGIN_SECONDS = 5.0
+"""How much longer than the query's own timeout the client waits for an answer before it gives up."""
+
+
 class PrometheusReader:
     """One reader per Prometheus URL."""
 
@@ -70,7 +74,11 @@ class PrometheusReader:
         session.mount(self._prom.url, HTTPAdapter(max_retries=retry, pool_connections=1, pool_maxsize=CONNECTIONS))
 
     def _query(self, expr: str, at: float) -> list[dict[str, Any]]:
-        return self._prom.custom_query(query=expr, params={"time": f"{at:.3f}", "timeout": f"{self.timeout:.0f}s"})
+        # The client's own limit too (its default is none): a Prometheus that drops packets would otherwise hold the
+        # pass, and one of the operator's pass slots (KNEEPOINT_MAX_CONCURRENT_PASSES), for the OS's connect timeout.
+        return self._prom.custom_query(
+            query=expr, params={"time": f"{at:.3f}", "timeout": f"{self.timeout:.0f}s"}, timeout=self.timeout + CLIENT_MARGIN_SECONDS
+        )
 
     async def window(self, namespace: str, pod_prefix: str, start: float, end: float, traced: bool = True) -> MetricWindow:
         """Query every tier metric over [start, end]; never raises (errors land in ``error``).

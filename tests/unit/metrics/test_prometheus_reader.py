@@ -86,3 +86,22 @@ async def test_a_windows_queries_are_in_flight_together_and_one_failure_is_the_w
     reader._query = refused  # type: ignore[method-assign]
     w = await reader.window("ns", "exp-tp2-pp1", 1000.0, 1200.0)
     assert w.error == "ConnectionError: connection refused"
+
+
+async def test_a_prometheus_that_never_answers_is_given_up_on_by_the_client(monkeypatch) -> None:
+    # A listener that accepts and never answers (as a Prometheus behind a dropped route): the query's own timeout
+    # parameter is Prometheus's, so only the client's limit ends the wait. Without it the pass, and its slot, hang.
+    import socket
+    import time
+
+    from kneepoint.metrics import prometheus_reader
+
+    monkeypatch.setattr(prometheus_reader, "CLIENT_MARGIN_SECONDS", 0.3)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        reader = PrometheusReader(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout_seconds=0.2, clock=lambda: 1300.0)
+        began = time.monotonic()
+        w = await reader.window("ns", "exp-tp1-pp1", 1000.0, 1200.0)
+        assert w.error is not None  # requests reports the read timeout as a ConnectionError (no retries)
+        assert time.monotonic() - began < 5.0  # the limit (0.5 s) and the threads' start, not a hang

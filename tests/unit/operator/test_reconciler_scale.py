@@ -265,3 +265,65 @@ def test_a_steps_actions_run_at_once_where_they_touch_different_objects():
     assert action_waves(keep) == [[keep[0]], [keep[1]], [keep[2], publish]]
     assert action_waves([EnsureEngine(tp2), DeleteAllChildren()]) == [[EnsureEngine(tp2)], [DeleteAllChildren()]]
     assert action_waves([]) == []
+
+
+def _passes_in_writes_at_once(limit: int, experiments: int) -> tuple[int, Reconciler]:
+    """Start ``experiments`` wake-ups with every status patch held; how many passes reach their write at once."""
+    api = FakeApi([node(f"h200-{i}") for i in range(experiments)])  # a TP4 engine for every one
+    gate = asyncio.Event()
+    writing: set[str] = set()
+    most = [0]
+    patch = api.patch_status
+
+    async def held_patch(namespace: str, name: str, body: dict[str, Any]) -> None:
+        writing.add(name)
+        most[0] = max(most[0], len(writing))
+        await gate.wait()
+        writing.discard(name)
+        await patch(namespace, name, body)
+
+    api.patch_status = held_patch  # type: ignore[method-assign]
+    names = [f"e{i}" for i in range(experiments)]
+    for name in names:
+        api.objects[name] = experiment(name)
+    r = Reconciler(api, api, OperatorSettings(fleet_cache_seconds=2.0, max_concurrent_passes=limit), clock=lambda: 1_800_000_000.0)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        wakeups = asyncio.gather(*(r.reconcile(name, "ns") for name in names))
+        for _ in range(200):  # every pass that can start has reached its held write
+            await asyncio.sleep(0)
+        gate.set()
+        await wakeups
+
+    asyncio.run(run())
+    assert sum(1 for b in api.created if b["kind"] == "Deployment") == experiments  # every one planned and deployed
+    return most[0], r
+
+
+def test_passes_run_at_most_the_slots_at_once_and_their_wait_is_kept_apart():
+    # kneepoint_reconcile_queue_seconds: one sample per pass, as many as kneepoint_reconcile_duration_seconds.
+    at_once, r = _passes_in_writes_at_once(limit=2, experiments=5)
+    assert at_once == 2
+    registry = r.metrics.registry
+    passes = registry.get_sample_value("kneepoint_reconcile_duration_seconds_count")
+    assert passes and passes >= 10  # plan and deploy, five times
+    assert registry.get_sample_value("kneepoint_reconcile_queue_seconds_count") == passes
+    assert (registry.get_sample_value("kneepoint_reconcile_queue_seconds_sum") or 0.0) > 0.0  # some waited for the gate
+
+
+def test_without_a_limit_every_experiments_pass_writes_at_once():
+    at_once, _ = _passes_in_writes_at_once(limit=0, experiments=5)
+    assert at_once == 5
+
+
+def test_the_pass_limit_is_read_from_the_environment_and_checked(monkeypatch):
+    import pytest
+
+    monkeypatch.setenv("KNEEPOINT_MAX_CONCURRENT_PASSES", "3")
+    assert OperatorSettings.from_env().max_concurrent_passes == 3
+    monkeypatch.setenv("KNEEPOINT_MAX_CONCURRENT_PASSES", "-1")
+    with pytest.raises(ValueError, match="KNEEPOINT_MAX_CONCURRENT_PASSES must be 0 .no limit. or a positive"):
+        OperatorSettings.from_env()
+    monkeypatch.setenv("KNEEPOINT_MAX_CONCURRENT_PASSES", "eight")
+    with pytest.raises(ValueError, match="KNEEPOINT_MAX_CONCURRENT_PASSES must be a whole number, not 'eight'"):
+        OperatorSettings.from_env()
