@@ -322,7 +322,7 @@ def test_the_pass_limit_is_read_from_the_environment_and_checked(monkeypatch):
     monkeypatch.setenv("KNEEPOINT_MAX_CONCURRENT_PASSES", "3")
     assert OperatorSettings.from_env().max_concurrent_passes == 3
     monkeypatch.setenv("KNEEPOINT_MAX_CONCURRENT_PASSES", "-1")
-    with pytest.raises(ValueError, match="KNEEPOINT_MAX_CONCURRENT_PASSES must be 0 .no limit. or a positive"):
+    with pytest.raises(ValueError, match=r"KNEEPOINT_MAX_CONCURRENT_PASSES must be 0 \(no limit\) or a positive"):
         OperatorSettings.from_env()
     monkeypatch.setenv("KNEEPOINT_MAX_CONCURRENT_PASSES", "eight")
     with pytest.raises(ValueError, match="KNEEPOINT_MAX_CONCURRENT_PASSES must be a whole number, not 'eight'"):
