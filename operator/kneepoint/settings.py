@@ -52,7 +52,7 @@ class OperatorSettings:
     """Kubernetes API calls run in worker threads (the client is synchronous); this many at once, with as many
     pooled connections (KNEEPOINT_API_THREADS). Python's default, cores + 4, queues calls once a few dozen
     experiments are active."""
-    max_concurrent_passes: int = 8
+    max_concurrent_passes: int = 4
     """Reconcile passes that run at once, over all experiments (KNEEPOINT_MAX_CONCURRENT_PASSES; 0: no limit), as
     controller-runtime's MaxConcurrentReconciles. A pass waits for a slot before it reads its experiment, and the wait
     is kept apart from the pass (kneepoint_reconcile_queue_seconds). A burst of experiments (a GitOps apply of a
