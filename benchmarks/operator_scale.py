@@ -217,9 +217,10 @@ def api_requests(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
     return {labels["method"]: v for name, labels, v in samples if name == "kneepoint_api_requests_total"}
 
 
-def reconcile_buckets(
+def histogram_buckets(
     samples: list[tuple[str, dict[str, str], float]], metric: str = "kneepoint_reconcile_duration_seconds"
 ) -> list[tuple[float, float]]:
+    """An unlabelled histogram's cumulative (upper bound, count) pairs; the pass duration's by default."""
     return [(float(labels["le"]), v) for name, labels, v in samples if name == f"{metric}_bucket"]
 
 
@@ -667,8 +668,8 @@ def main(argv: list[str] | None = None) -> int:
     rss_peak = max(s[1] for s in sampler.samples) / 2**20
     cpu_active = (active[-1][2] - active[0][2]) if len(active) > 1 else math.nan
     cpu_idle = (idle_samples[-1][2] - idle_samples[0][2]) if len(idle_samples) > 1 else math.nan
-    buckets_busy = reconcile_buckets(busy)
-    buckets_queue = reconcile_buckets(busy, "kneepoint_reconcile_queue_seconds")
+    buckets_busy = histogram_buckets(busy)
+    buckets_queue = histogram_buckets(busy, "kneepoint_reconcile_queue_seconds")
     req_start, req_busy, req_idle = api_requests(idle_start_metrics), api_requests(busy), api_requests(idle)
     total_busy = sum(req_busy.values()) - sum(req_start.values())
     total_idle = sum(req_idle.values()) - sum(req_busy.values())

@@ -84,7 +84,7 @@ class OperatorSettings:
             "namespaces": ns,
             "ladder": ladder,
             "json_logs": os.environ.get("KNEEPOINT_LOG_FORMAT", "") == "json",
-            "metrics_port": int(os.environ.get("KNEEPOINT_METRICS_PORT", cls.metrics_port)),
+            "metrics_port": _env_int("KNEEPOINT_METRICS_PORT", cls.metrics_port),
             "metrics_address": os.environ.get("KNEEPOINT_METRICS_ADDRESS", cls.metrics_address),
             "fleet_cache_seconds": _env_float("KNEEPOINT_FLEET_CACHE_SECONDS", cls.fleet_cache_seconds),
             "api_threads": _env_int("KNEEPOINT_API_THREADS", cls.api_threads),
