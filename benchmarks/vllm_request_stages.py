@@ -206,6 +206,19 @@ def wave_renders(rows: list[dict[str, float]]) -> tuple[list[float], list[float]
     return first, gaps
 
 
+def renders_before_last_handler(rows: list[dict[str, float]]) -> tuple[int, int]:
+    """(requests rendered before their wave's last handler started, requests), over the waves of at least 8:
+    whether the API server's loop lets a render through while new requests still come in."""
+    before = total = 0
+    for w in waves(rows):
+        if len(w) < 8 or not all("rendered" in r and "http" in r for r in w):
+            continue
+        last = max(r["http"] for r in w)
+        before += sum(1 for r in w if r["rendered"] < last)
+        total += len(w)
+    return before, total
+
+
 @dataclass(frozen=True)
 class WaveEnd:
     """A closed loop's wave boundary as the engine and the clients saw it (run 24)."""
@@ -376,12 +389,17 @@ def main(argv: list[str] | None = None) -> int:
             f"meanwhile ({len(points)} steps): {base:.1f} ms + {per:.2f} ms a request"
         )
         print("\nThe API server at a wave boundary (waves of 8 or more requests), ms:\n")
-        print("| load | waves | first request: handler -> rendered, median (max) | next renders apart, median |")
-        print("|---|---|---|---|")
+        print(
+            "| load | waves | first request: handler -> rendered, median (max) | next renders apart, median "
+            "| rendered before the wave's last handler |"
+        )
+        print("|---|---|---|---|---|")
         for label in labels:
-            first, gaps = wave_renders(requests(run, label))
+            rows = requests(run, label)
+            first, gaps = wave_renders(rows)
             if first:
-                print(f"| {label} | {len(first)} | {median(first):.1f} ({max(first):.1f}) | {median(gaps):.2f} |")
+                before, total = renders_before_last_handler(rows)
+                print(f"| {label} | {len(first)} | {median(first):.1f} ({max(first):.1f}) | {median(gaps):.2f} | {before} of {total} |")
     return 0
 
 

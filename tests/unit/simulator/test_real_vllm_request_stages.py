@@ -168,6 +168,28 @@ def test_the_1b_api_server_holds_a_waves_first_render_and_the_8b_does_not() -> N
         assert stages.median(first) < 5.0 and 0.7 < stages.median(gaps) < 1.4, label
 
 
+def test_while_the_1b_streams_no_prompt_is_rendered_before_the_waves_last_handler() -> None:
+    # Run 19 read again (2026-12-05): in every streamed closed loop of the 1B, c8 to c128, not one request of a
+    # wave was rendered before the last of the wave's handlers had started, even a request whose handler ran
+    # 40 ms before the others': the API server's loop takes every new request's handler before any render.
+    # Without streaming (c32-nostream) a third get through early; on the 8B and the 14B, whose loops idle
+    # between their longer steps, renders and handlers interleave. A render's loop time grows with the prompt
+    # (128-token prompts render about 0.8 ms apart on the 1B, 1,024-token ones about 1.6 ms).
+    for label in ("c8", "c32", "c32-b", "c128"):
+        before, total = stages.renders_before_last_handler(stages.requests("1b", label))
+        assert total >= 64 and before == 0, label
+    before, total = stages.renders_before_last_handler(stages.requests("1b", "c32-p128"))
+    assert before <= 0.02 * total
+    before, total = stages.renders_before_last_handler(stages.requests("1b", "c32-nostream"))
+    assert 0.2 * total < before < 0.5 * total
+    for run in ("8b", "14b"):
+        before, total = stages.renders_before_last_handler(stages.requests(run, "c32"))
+        assert before > 0.3 * total, run
+    _, gaps_128 = stages.wave_renders(stages.requests("1b", "c32-p128"))
+    _, gaps_1024 = stages.wave_renders(stages.requests("1b", "c32"))
+    assert 0.6 < stages.median(gaps_128) < 1.0 < 1.4 < stages.median(gaps_1024) < 1.8
+
+
 def test_each_request_reaching_the_enginecore_costs_its_loop_about_a_millisecond() -> None:
     # The EngineCore decodes, hashes and adds every arriving request between two steps, in the process that
     # launches them: a lone 1,024-token prompt's step takes about 0.7-0.9 ms longer from launch to launch for
