@@ -18,9 +18,12 @@ send and first-token times (same clock) close the chain. This prints, per load:
 3. what requests arriving at the EngineCore cost its loop: a lone prompt's step, launch to launch, against how
    many arrived meanwhile;
 4. the API server at a closed loop's wave boundary: how long the first request of a wave waits to be rendered,
-   and how far apart the next ones are.
+   how far apart the next ones are, and how many were rendered before the wave's last handler started.
 
-    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|all] [--p90]
+`--run 1b-h100` prints run 25 instead (the 1B on an H100's host, the API server's interpreter switch interval
+set between loads): per load, the switch interval, the client's TTFT P50 and the wave-boundary columns above.
+
+    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|1b-h100|all] [--p90]
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ RUNS = {
     "14b": ("14b-tp1-r21-stages.json.gz", "14b-tp1", "run 21"),
     "70b-fp8": ("70b-fp8-tp1-r22-stages.json.gz", "70b-fp8-tp1", "run 22"),
     "8b-h100": ("8b-h100-tp1-r24-stages.json.gz", "8b-h100-tp1", "run 24"),
+    "1b-h100": ("1b-h100-tp1-r25-stages.json.gz", "1b-tp1", "run 25"),
 }
 STAGE_RUNS = ("1b", "8b", "14b")  # the runs with every load; run 22 has its decode steps' loads only
 # The closed loops whose full batches give the decode steps, and a decoding request's mean context in them: 1,024-
@@ -318,7 +322,7 @@ def unprofiled_decode_rows() -> list[dict[str, Any]]:
     from kneepoint.simulator.perf_model import decode_work
 
     rows = []
-    for run in RUNS:
+    for run in (r for r in RUNS if r in DECODE_LOADS):  # run 25 set the switch interval, not the batch
         perf, _ = model(run)
         for label, seqs in DECODE_LOADS[run]:
             xs = [x.interval_ms for x in launches(run, label) if x.mode.startswith("full") and x.seqs == seqs]
@@ -339,12 +343,51 @@ def unprofiled_decode_rows() -> list[dict[str, Any]]:
     return rows
 
 
+SWITCH_RUN = "1b-h100"  # run 25: the API server's interpreter switch interval, set between loads
+
+
+def switch_intervals_us(run: str = SWITCH_RUN) -> dict[str, float]:
+    """Each load of run 25 by label: the API server's switch interval (µs) while it ran (its ``switch`` stamps)."""
+    doc = load(run)
+    changes = sorted((wall, seconds * 1e6) for _who, kind, wall, _mono, seconds in (s[:5] for s in doc["stamps"]) if kind == "switch")
+    out = {}
+    for label, client in doc["clients"].items():
+        start = min(r["start"] for r in client["requests"])
+        before = [us for wall, us in changes if wall <= start]
+        out[label] = before[-1] if before else 5000.0  # Python's default until the first change
+    return out
+
+
+def ttft_p50_ms(rows: list[dict[str, float]]) -> float:
+    """The client's TTFT P50 of one load (the load generator's percentile rule), ms."""
+    return percentile_sorted(sorted((r["first"] - r["start"]) * 1e3 for r in rows if "first" in r), 50)
+
+
+def print_switch_run() -> None:
+    doc = load(SWITCH_RUN)
+    switch = switch_intervals_us()
+    print(f"\n## {RUNS[SWITCH_RUN][2]}: the 1B, the API server's switch interval set between loads ({RUNS[SWITCH_RUN][0]})\n")
+    print(
+        "| load | switch interval µs | TTFT P50 ms | first request: handler -> rendered, median | renders apart, median | rendered before the wave's last handler |"
+    )
+    print("|---|---|---|---|---|---|")
+    for label in sorted((k for k in doc["clients"] if k != "warm"), key=lambda k: (k.split("-")[0], switch[k], k)):
+        rows = requests(SWITCH_RUN, label)
+        first, gaps = wave_renders(rows)
+        before, total = renders_before_last_handler(rows)
+        print(
+            f"| {label} | {switch[label]:,.0f} | {ttft_p50_ms(rows):.1f} | {median(first):.1f} | {median(gaps):.2f} | {before} of {total} |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", choices=[*STAGE_RUNS, "all"], default="all")
+    parser.add_argument("--run", choices=[*STAGE_RUNS, SWITCH_RUN, "all"], default="all")
     parser.add_argument("--p90", action="store_true", help="P90s beside the medians")
     args = parser.parse_args(argv)
-    for run in STAGE_RUNS if args.run == "all" else [args.run]:
+    if args.run in (SWITCH_RUN, "all"):
+        print_switch_run()
+    for run in STAGE_RUNS if args.run == "all" else [r for r in [args.run] if r != SWITCH_RUN]:
         doc = load(run)
         labels = sorted(
             (k for k in doc["clients"] if k != "warm" and not k.startswith("off-")),

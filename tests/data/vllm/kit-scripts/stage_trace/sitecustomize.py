@@ -13,7 +13,11 @@ EngineCore  preprocess_add_request (the input thread got the request), add_reque
             Scheduler.schedule exit (tokens, running, the new requests), update_from_output exit (first tokens).
 
 Records are kept only while KP_STAGE_DIR/on exists (a thread looks every 0.2 s), and written every 0.5 s to
-KP_STAGE_DIR/trace-<pid>.jsonl, one JSON array per record: [kind, wall, mono, ...]."""
+KP_STAGE_DIR/trace-<pid>.jsonl, one JSON array per record: [kind, wall, mono, ...].
+
+Run 25: while KP_STAGE_DIR/switch holds a number of microseconds, the API server's process (the one that has
+loaded the completion handler) runs with that interpreter switch interval (sys.setswitchinterval; Python's
+default 5,000 µs), stamped as ["switch", wall, mono, seconds] when it changes."""
 
 import importlib.abc
 import json
@@ -35,10 +39,21 @@ if _DIR:
     def _flusher():
         path = os.path.join(_DIR, f"trace-{os.getpid()}.jsonl")
         flag = os.path.join(_DIR, "on")
+        switch = os.path.join(_DIR, "switch")
+        default = sys.getswitchinterval()
         k = 0
         while True:
             time.sleep(0.2)
             _state["on"] = os.path.exists(flag)
+            if "vllm.entrypoints.openai.completion.serving" in sys.modules:  # the API server's process only
+                try:
+                    with open(switch) as f:
+                        want = float(f.read().strip()) * 1e-6
+                except (OSError, ValueError):
+                    want = default
+                if abs(sys.getswitchinterval() - want) > 1e-9:
+                    sys.setswitchinterval(want)
+                    rec("switch", sys.getswitchinterval())
             k += 1
             if k % 3 == 0 and _buf:
                 out, _buf[:] = list(_buf), []
