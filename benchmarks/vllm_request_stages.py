@@ -20,10 +20,12 @@ send and first-token times (same clock) close the chain. This prints, per load:
 4. the API server at a closed loop's wave boundary: how long the first request of a wave waits to be rendered,
    how far apart the next ones are, and how many were rendered before the wave's last handler started.
 
+`--run 1b-render` prints run 26 instead: each load's renders split at their hops (the handler, the loop's turns
+before the prompt reaches the renderer's one worker thread, that thread's queue, the tokenizing, the way back).
 `--run 1b-h100` prints run 25 instead (the 1B on an H100's host, the API server's interpreter switch interval
 set between loads): per load, the switch interval, the client's TTFT P50 and the wave-boundary columns above.
 
-    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|1b-h100|all] [--p90]
+    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|1b-h100|1b-render|all] [--p90]
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ RUNS = {
     "70b-fp8": ("70b-fp8-tp1-r22-stages.json.gz", "70b-fp8-tp1", "run 22"),
     "8b-h100": ("8b-h100-tp1-r24-stages.json.gz", "8b-h100-tp1", "run 24"),
     "1b-h100": ("1b-h100-tp1-r25-stages.json.gz", "1b-tp1", "run 25"),
+    "1b-render": ("1b-h100-tp1-r26-stages.json.gz", "1b-tp1", "run 26"),
 }
 STAGE_RUNS = ("1b", "8b", "14b")  # the runs with every load; run 22 has its decode steps' loads only
 # The closed loops whose full batches give the decode steps, and a decoding request's mean context in them: 1,024-
@@ -380,14 +383,57 @@ def print_switch_run() -> None:
         )
 
 
+RENDER_RUN = "1b-render"  # run 26: a render split at its hops
+RENDER_HOPS = (
+    ("http", "rcmpl", "handler -> the renderer entered"),
+    ("rcmpl", "tok_submit", "-> the prompt submitted to the renderer's worker thread (the loop's turns)"),
+    ("tok_submit", "enc0", "-> the worker thread starts it (its queue)"),
+    ("enc0", "enc1", "-> tokenized (the thread's work)"),
+    ("enc1", "rendered", "-> rendered (back on the loop)"),
+)
+
+
+@functools.cache
+def render_hops(label: str, run: str = RENDER_RUN) -> list[dict[str, float]]:
+    """Each request of one run-26 load with its render's stamps (wall-clock seconds), in send order. The worker
+    thread's encode stamps carry no request id (``run_in_executor`` does not carry the context): the renderer has
+    one worker (vLLM 0.24's ``renderer_num_workers`` default), so the k-th encode is the k-th submitted prompt's."""
+    api = [s for s in load(run)["stamps"] if s[0] == "api"]
+    by: dict[str, dict[str, float]] = {}
+    for _who, kind, wall, _mono, *rest in api:
+        if kind in ("http", "rcmpl", "tok_submit", "rendered") and rest and rest[0]:
+            by.setdefault(rest[0], {}).setdefault(kind, wall)
+    submits = [s[4] for s in api if s[1] == "tok_submit"]
+    starts = [s[2] for s in api if s[1] == "enc0"]
+    ends = [s[2] for s in api if s[1] == "enc1"]
+    for rid, t0, t1 in zip(submits, starts, ends, strict=True):
+        by[rid].setdefault("enc0", t0)
+        by[rid].setdefault("enc1", t1)
+    rows = [{**by.get(c["id"], {}), "start": c["start"]} for c in load(run)["clients"][label]["requests"]]
+    return sorted(rows, key=lambda r: r["start"])
+
+
+def print_render_run() -> None:
+    doc = load(RENDER_RUN)
+    print(f"\n## {RUNS[RENDER_RUN][2]}: the 1B's renders split at their hops ({RUNS[RENDER_RUN][0]}), medians in ms\n")
+    print("| load | client send -> handler | " + " | ".join(what for _, _, what in RENDER_HOPS) + " |")
+    print("|---|---|" + "---|" * len(RENDER_HOPS))
+    for label in sorted((k for k in doc["clients"] if k != "warm"), key=lambda k: min(r["start"] for r in doc["clients"][k]["requests"])):
+        rows = render_hops(label)
+        cells = [median(span_ms(rows, "start", "http"))] + [median(span_ms(rows, a, b)) for a, b, _ in RENDER_HOPS]
+        print(f"| {label} | " + " | ".join(f"{x:.2f}" for x in cells) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", choices=[*STAGE_RUNS, SWITCH_RUN, "all"], default="all")
+    parser.add_argument("--run", choices=[*STAGE_RUNS, SWITCH_RUN, RENDER_RUN, "all"], default="all")
     parser.add_argument("--p90", action="store_true", help="P90s beside the medians")
     args = parser.parse_args(argv)
     if args.run in (SWITCH_RUN, "all"):
         print_switch_run()
-    for run in STAGE_RUNS if args.run == "all" else [r for r in [args.run] if r != SWITCH_RUN]:
+    if args.run in (RENDER_RUN, "all"):
+        print_render_run()
+    for run in STAGE_RUNS if args.run == "all" else [r for r in [args.run] if r in STAGE_RUNS]:
         doc = load(run)
         labels = sorted(
             (k for k in doc["clients"] if k != "warm" and not k.startswith("off-")),

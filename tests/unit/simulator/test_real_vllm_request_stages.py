@@ -224,6 +224,27 @@ def test_the_interpreter_locks_switch_interval_does_not_release_the_renders() ->
             assert stages.median(gaps) < 0.3 and stages.median(first) > 20.0, label
 
 
+def test_a_render_waits_for_the_loops_turns_then_for_the_renderers_one_tokenizer_thread() -> None:
+    # Run 26 (the 1B on an H100 machine's host): a render split at its hops. Alone (c1) the prompt reaches the
+    # renderer's worker thread 0.3 ms after the handler and is tokenized at once. In the c32 closed loops it
+    # waits about 5 ms for the loop's turns (the handlers of the requests arriving meanwhile run first), then
+    # 16 ms in the queue of the renderer's one worker thread, which tokenizes one prompt at a time (no two
+    # encodes overlap in any load): 1.1-1.3 ms a 1,024-token prompt, 0.6 ms a 128-token one; 53 ms at c128.
+    def hop(label: str, a: str, b: str) -> float:
+        return stages.median(stages.span_ms(stages.render_hops(label), a, b))
+
+    assert hop("c1", "rcmpl", "tok_submit") < 1.0 and hop("c1", "tok_submit", "enc0") < 1.0
+    for label in ("c32-a", "c32-b"):
+        assert hop(label, "rcmpl", "tok_submit") > 3.0, label
+        assert hop(label, "tok_submit", "enc0") > 10.0, label
+        assert 0.9 < hop(label, "enc0", "enc1") < 1.6, label
+    assert 0.4 < hop("p128", "enc0", "enc1") < 0.8
+    assert hop("c128", "tok_submit", "enc0") > 40.0
+    for label in ("c1", "c32-a", "p128", "c32-nostream", "c32-b", "c128"):
+        encodes = sorted((r["enc0"], r["enc1"]) for r in stages.render_hops(label) if "enc0" in r)
+        assert len(encodes) >= 8 and all(b[0] >= a[1] for a, b in zip(encodes, encodes[1:], strict=False)), label
+
+
 def test_each_request_reaching_the_enginecore_costs_its_loop_about_a_millisecond() -> None:
     # The EngineCore decodes, hashes and adds every arriving request between two steps, in the process that
     # launches them: a lone 1,024-token prompt's step takes about 0.7-0.9 ms longer from launch to launch for

@@ -15,6 +15,9 @@ EngineCore  preprocess_add_request (the input thread got the request), add_reque
 Records are kept only while KP_STAGE_DIR/on exists (a thread looks every 0.2 s), and written every 0.5 s to
 KP_STAGE_DIR/trace-<pid>.jsonl, one JSON array per record: [kind, wall, mono, ...].
 
+Run 26: inside a render too: the renderer's render_cmpl_async entered, the tokenization submitted to its worker
+thread and back on the loop (BaseRenderer._tokenize_prompt_async), and the worker thread's encode start and end.
+
 Run 25: while KP_STAGE_DIR/switch holds a number of microseconds, the API server's process (the one that has
 loaded the completion handler) runs with that interpreter switch interval (sys.setswitchinterval; Python's
 default 5,000 µs), stamped as ["switch", wall, mono, seconds] when it changes."""
@@ -170,6 +173,19 @@ if _DIR:
 
         cls.process_outputs = process_outputs
 
+    def _patch_renderer(mod):
+        # Run 26: inside a render. The renderer tokenizes in its one worker thread (run_in_executor, which does not
+        # carry the request's context), so the thread's stamps carry no id: they pair with the submits in order.
+        cls = mod.BaseRenderer
+        _wrap(cls, "_encode", before=lambda *a, **kw: rec("enc0", threading.current_thread().name), after=lambda *a, **kw: rec("enc1", threading.current_thread().name))
+        _wrap_async(
+            cls,
+            "_tokenize_prompt_async",
+            before=lambda *a, **kw: rec("tok_submit", _hdr.get()),
+            after=lambda *a, **kw: rec("tok_back", _hdr.get()),
+        )
+        _wrap_async(cls, "render_cmpl_async", before=lambda *a, **kw: rec("rcmpl", _hdr.get()))
+
     # ---- EngineCore ------------------------------------------------------------------------------------------
     _seen_core: set = set()
 
@@ -202,6 +218,7 @@ if _DIR:
         "vllm.v1.engine.async_llm": _patch_async_llm,
         "vllm.v1.serial_utils": _patch_serial,
         "vllm.v1.engine.output_processor": _patch_output_processor,
+        "vllm.renderers.base": _patch_renderer,
         "vllm.v1.engine.core": _patch_core,
         "vllm.v1.core.sched.scheduler": _patch_scheduler,
     }
