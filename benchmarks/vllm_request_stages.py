@@ -97,7 +97,7 @@ def _stamps_by_request(run: str) -> dict[str, dict[str, float]]:
     """Each request's first stamp of each kind (wall-clock seconds), by the client's request id: one pass over the run."""
     stamps: dict[str, dict[str, float]] = {}
     for _who, kind, wall, _mono, *rest in load(run)["stamps"]:
-        if kind in ("http", "rendered") and rest[0]:
+        if kind in ("http", "rendered", "rcmpl", "tok_submit") and rest[0]:  # the handler's X-Request-Id (run 26: a render's hops)
             stamps.setdefault(rest[0], {}).setdefault(kind, wall)
         elif kind in ("send", "sent", "core_in", "core_add"):
             stamps.setdefault(_header_id(rest[0]), {}).setdefault(kind, wall)
@@ -110,12 +110,13 @@ def _stamps_by_request(run: str) -> dict[str, dict[str, float]]:
     return stamps
 
 
-def requests(run: str, label: str) -> list[dict[str, float]]:
-    """Every measured request of one load with its stamps (wall-clock seconds), in send order."""
+def requests(run: str, label: str, extra: dict[str, dict[str, float]] | None = None) -> list[dict[str, float]]:
+    """Every measured request of one load with its stamps (wall-clock seconds), in send order; ``extra`` adds
+    stamps joined some other way, by the client's request id."""
     stamps = _stamps_by_request(run)
     out = []
     for c in load(run)["clients"][label]["requests"]:
-        row = dict(stamps.get(c["id"], {}))
+        row = {**stamps.get(c["id"], {}), **(extra or {}).get(c["id"], {})}
         row.update(start=c["start"], end=c["end"])
         if c["first"] is not None:
             row["first"] = c["first"]
@@ -352,7 +353,7 @@ SWITCH_RUN = "1b-h100"  # run 25: the API server's interpreter switch interval, 
 def switch_intervals_us(run: str = SWITCH_RUN) -> dict[str, float]:
     """Each load of run 25 by label: the API server's switch interval (µs) while it ran (its ``switch`` stamps)."""
     doc = load(run)
-    changes = sorted((wall, seconds * 1e6) for _who, kind, wall, _mono, seconds in (s[:5] for s in doc["stamps"]) if kind == "switch")
+    changes = sorted((s[2], s[4] * 1e6) for s in doc["stamps"] if s[1] == "switch")
     out = {}
     for label, client in doc["clients"].items():
         start = min(r["start"] for r in client["requests"])
@@ -362,8 +363,8 @@ def switch_intervals_us(run: str = SWITCH_RUN) -> dict[str, float]:
 
 
 def ttft_p50_ms(rows: list[dict[str, float]]) -> float:
-    """The client's TTFT P50 of one load (the load generator's percentile rule), ms."""
-    return percentile_sorted(sorted((r["first"] - r["start"]) * 1e3 for r in rows if "first" in r), 50)
+    """The client's TTFT P50 of one load, ms (the median: the load generator's linear P50)."""
+    return median(span_ms(rows, "start", "first"))
 
 
 def print_switch_run() -> None:
@@ -398,19 +399,14 @@ def render_hops(label: str, run: str = RENDER_RUN) -> list[dict[str, float]]:
     """Each request of one run-26 load with its render's stamps (wall-clock seconds), in send order. The worker
     thread's encode stamps carry no request id (``run_in_executor`` does not carry the context): the renderer has
     one worker (vLLM 0.24's ``renderer_num_workers`` default), so the k-th encode is the k-th submitted prompt's."""
-    api = [s for s in load(run)["stamps"] if s[0] == "api"]
-    by: dict[str, dict[str, float]] = {}
-    for _who, kind, wall, _mono, *rest in api:
-        if kind in ("http", "rcmpl", "tok_submit", "rendered") and rest and rest[0]:
-            by.setdefault(rest[0], {}).setdefault(kind, wall)
+    api = [s for s in load(run)["stamps"] if s[0] == "api" and s[1] in ("tok_submit", "enc0", "enc1")]
     submits = [s[4] for s in api if s[1] == "tok_submit"]
     starts = [s[2] for s in api if s[1] == "enc0"]
     ends = [s[2] for s in api if s[1] == "enc1"]
+    encodes: dict[str, dict[str, float]] = {}
     for rid, t0, t1 in zip(submits, starts, ends, strict=True):
-        by[rid].setdefault("enc0", t0)
-        by[rid].setdefault("enc1", t1)
-    rows = [{**by.get(c["id"], {}), "start": c["start"]} for c in load(run)["clients"][label]["requests"]]
-    return sorted(rows, key=lambda r: r["start"])
+        encodes.setdefault(rid, {"enc0": t0, "enc1": t1})
+    return requests(run, label, encodes)
 
 
 def print_render_run() -> None:
