@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import OperatorProcess
-from experiment_api import NO_SEARCH, ChildPoller, Cluster, condition, example_spec, experiment, tier
+from experiment_api import NO_SEARCH, ChildPoller, Cluster, closing_reasons, condition, example_spec, experiment, settled_events, tier
 
 SMALL_8B_LOAD = {"concurrency": 16, "numRequests": 64, "inputLen": 512, "outputLen": 128, "repeats": 1, "warmupRequests": 2}
 SMALL_70B_LOAD = {"concurrency": 32, "numRequests": 64, "inputLen": 512, "outputLen": 128, "repeats": 1, "warmupRequests": 4}
@@ -214,7 +214,8 @@ def test_spec_change_restarts_or_re_decides(exps: Cluster, namespace: str) -> No
         namespace, name, lambda s: s.get("observedGeneration") == 2 and s.get("phase") == "Decided", 240, "Decided for generation 2"
     )
     assert decided["measuredSpecHash"] != before["measuredSpecHash"]
-    events = exps.events(namespace, name)
+    # The deciding pass writes its status before it posts its events: read them once they settled.
+    events = settled_events(lambda: exps.events(namespace, name), closing_reasons(decided))
     changed = [i for i, e in enumerate(events) if e["reason"] == "SpecChanged"]
     assert len(changed) == 1 and events[changed[0]]["type"] == "Warning"
     after = Counter(e["message"].split()[0] for e in events[changed[0] :] if e["reason"] == "TierMeasured")
