@@ -24,8 +24,11 @@ send and first-token times (same clock) close the chain. This prints, per load:
 before the prompt reaches the renderer's one worker thread, that thread's queue, the tokenizing, the way back).
 `--run 1b-h100` prints run 25 instead (the 1B on an H100's host, the API server's interpreter switch interval
 set between loads): per load, the switch interval, the client's TTFT P50 and the wave-boundary columns above.
+`--run 1b-loop` prints run 27 instead: per load, where the collector was off, the TTFT P50, each process's
+collections, what the sampler saw the API server's loop thread in, and how long the renderer's idle worker thread
+took to start a submitted prompt.
 
-    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|1b-h100|1b-render|all] [--p90]
+    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|1b-h100|1b-render|1b-loop|all] [--p90]
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ RUNS = {
     "8b-h100": ("8b-h100-tp1-r24-stages.json.gz", "8b-h100-tp1", "run 24"),
     "1b-h100": ("1b-h100-tp1-r25-stages.json.gz", "1b-tp1", "run 25"),
     "1b-render": ("1b-h100-tp1-r26-stages.json.gz", "1b-tp1", "run 26"),
+    "1b-loop": ("1b-h100-tp1-r27-loop.json.gz", "1b-tp1", "run 27"),
 }
 STAGE_RUNS = ("1b", "8b", "14b")  # the runs with every load; run 22 has its decode steps' loads only
 # The closed loops whose full batches give the decode steps, and a decoding request's mean context in them: 1,024-
@@ -420,15 +424,94 @@ def print_render_run() -> None:
         print(f"| {label} | " + " | ".join(f"{x:.2f}" for x in cells) + " |")
 
 
+LOOP_RUN = "1b-loop"  # run 27: the collector's pauses, the loop thread sampled, the collector off between loads
+# What the API server's loop thread was in when sampled, by its innermost frame (file:function).
+LOOP_SAMPLE_KINDS = (
+    ("idle", ("runners.py:run",)),  # in the event loop itself (uvloop's C code: waiting, or its own work)
+    ("zmq send", ("socket.py:send",)),  # handing a request to the EngineCore
+    ("log write", ("system_utils.py:write_with_prefix",)),  # vLLM's log lines (the access log among them)
+)
+
+
+def _window(run: str, label: str) -> tuple[float, float]:
+    reqs = load(run)["clients"][label]["requests"]
+    return min(r["start"] for r in reqs), max(r["end"] for r in reqs)
+
+
+def collector_off(run: str = LOOP_RUN) -> dict[str, tuple[str, ...]]:
+    """Each load of run 27 by label: the processes ("api", "core") that ran it with the collector off."""
+    doc = load(run)
+    changes = sorted((s[2], s[0], s[4]) for s in doc["stamps"] if s[1] == "gcmode")
+    out = {}
+    for label in doc["clients"]:
+        start = _window(run, label)[0]
+        enabled = {"api": True, "core": True}
+        for wall, who, on in changes:
+            if wall <= start:
+                enabled[who] = on
+        out[label] = tuple(who for who, on in enabled.items() if not on)
+    return out
+
+
+def gc_pauses(run: str, label: str, who: str) -> list[float]:
+    """The collector's pauses (ms) in one process (``api`` or ``core``) while one load ran."""
+    t0, t1 = _window(run, label)
+    return [s[5] * 1e3 for s in load(run)["stamps"] if s[0] == who and s[1] == "gc" and t0 <= s[2] <= t1]
+
+
+def loop_samples(run: str, label: str) -> dict[str, int]:
+    """The API server's loop-thread samples while one load ran, counted by LOOP_SAMPLE_KINDS (the rest: "other")."""
+    t0, t1 = _window(run, label)
+    stamps = load(run)["stamps"]
+    stacks = {s[4]: s[5][0].rsplit(":", 1)[0] for s in stamps if s[1] == "stack"}
+    counts = dict.fromkeys([k for k, _ in LOOP_SAMPLE_KINDS] + ["other"], 0)
+    for s in stamps:
+        if s[1] == "smp" and t0 <= s[2] <= t1:
+            inner = stacks[s[4]]
+            kind = next((k for k, frames in LOOP_SAMPLE_KINDS if inner in frames), "other")
+            counts[kind] += 1
+    return counts
+
+
+def idle_thread_starts_ms(label: str, run: str = LOOP_RUN) -> list[float]:
+    """Submit -> the renderer's worker thread starts encoding (ms), for the prompts submitted while that thread had
+    nothing to do (the encode before had ended): what the thread waits to run at all."""
+    rows = sorted((r for r in render_hops(label, run) if "enc0" in r), key=lambda r: r["enc0"])
+    return sorted((b["enc0"] - b["tok_submit"]) * 1e3 for a, b in zip(rows, rows[1:], strict=False) if b["tok_submit"] >= a["enc1"])
+
+
+def print_loop_run() -> None:
+    doc = load(LOOP_RUN)
+    off = collector_off()
+    print(f"\n## {RUNS[LOOP_RUN][2]}: the 1B's API server, its collector and its loop thread ({RUNS[LOOP_RUN][0]})\n")
+    print(
+        "| load | collector off in | TTFT P50 ms | API server's collections: n, total ms, longest | EngineCore's: n, total ms, "
+        "longest | loop-thread samples: idle / zmq send / log write / other | an idle worker thread starts, median ms (n) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for label in sorted((k for k in doc["clients"] if k != "warm"), key=lambda k: _window(LOOP_RUN, k)[0]):
+        rows = requests(LOOP_RUN, label)
+        cells = [", ".join(off[label]) or "-", f"{ttft_p50_ms(rows):.1f}"]
+        for who in ("api", "core"):
+            p = gc_pauses(LOOP_RUN, label, who)
+            cells.append(f"{len(p)}, {sum(p):.1f}, {max(p, default=0.0):.2f}")
+        cells.append(" / ".join(str(n) for n in loop_samples(LOOP_RUN, label).values()))
+        starts = idle_thread_starts_ms(label)
+        cells.append(f"{median(starts):.2f} ({len(starts)})" if starts else "-")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", choices=[*STAGE_RUNS, SWITCH_RUN, RENDER_RUN, "all"], default="all")
+    parser.add_argument("--run", choices=[*STAGE_RUNS, SWITCH_RUN, RENDER_RUN, LOOP_RUN, "all"], default="all")
     parser.add_argument("--p90", action="store_true", help="P90s beside the medians")
     args = parser.parse_args(argv)
     if args.run in (SWITCH_RUN, "all"):
         print_switch_run()
     if args.run in (RENDER_RUN, "all"):
         print_render_run()
+    if args.run in (LOOP_RUN, "all"):
+        print_loop_run()
     for run in STAGE_RUNS if args.run == "all" else [r for r in [args.run] if r in STAGE_RUNS]:
         doc = load(run)
         labels = sorted(

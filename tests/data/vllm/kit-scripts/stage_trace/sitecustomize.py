@@ -18,10 +18,19 @@ KP_STAGE_DIR/trace-<pid>.jsonl, one JSON array per record: [kind, wall, mono, ..
 Run 26: inside a render too: the renderer's render_cmpl_async entered, the tokenization submitted to its worker
 thread and back on the loop (BaseRenderer._tokenize_prompt_async), and the worker thread's encode start and end.
 
+Run 27: what the API server's loop does while a wave waits. Every process stamps each garbage collection
+(gc.callbacks: ["gc", wall, mono, generation, seconds, collected]). The API server's process samples its loop
+thread's Python stack every millisecond from a thread of its own while KP_STAGE_DIR/nosample is absent
+(["smp", wall, mono, stack id]; each new stack once as ["stack", wall, mono, id, [innermost frame first, as
+file:function:line]]); a sample is taken when the sampler gets the interpreter lock, so one taken while the loop
+runs Python comes at the lock's switch interval. While KP_STAGE_DIR/gcoff-api (gcoff-core) exists, the API server
+(the EngineCore) runs with the collector off (gc.disable), stamped as ["gcmode", wall, mono, enabled].
+
 Run 25: while KP_STAGE_DIR/switch holds a number of microseconds, the API server's process (the one that has
 loaded the completion handler) runs with that interpreter switch interval (sys.setswitchinterval; Python's
 default 5,000 µs), stamped as ["switch", wall, mono, seconds] when it changes."""
 
+import gc
 import importlib.abc
 import json
 import os
@@ -57,11 +66,65 @@ if _DIR:
                 if abs(sys.getswitchinterval() - want) > 1e-9:
                     sys.setswitchinterval(want)
                     rec("switch", sys.getswitchinterval())
+            role = _role()
+            if role:
+                off = os.path.exists(os.path.join(_DIR, f"gcoff-{role}"))
+                if off == gc.isenabled():
+                    gc.disable() if off else gc.enable()
+                    rec("gcmode", gc.isenabled())
+                _sampling["on"] = role == "api" and _state["on"] and not os.path.exists(os.path.join(_DIR, "nosample"))
             k += 1
             if k % 3 == 0 and _buf:
-                out, _buf[:] = list(_buf), []
+                n = len(_buf)  # run 27: take what is there, keep what other threads append meanwhile
+                out = _buf[:n]
+                del _buf[:n]
                 with open(path, "a") as f:
                     f.write("".join(json.dumps(r) + "\n" for r in out))
+
+    def _role():
+        if "vllm.entrypoints.openai.completion.serving" in sys.modules:
+            return "api"
+        if "vllm.v1.core.sched.scheduler" in sys.modules:
+            return "core"
+        return None
+
+    # Run 27: every collection, in every process.
+    _gc_t0 = {"v": 0.0}
+
+    def _gc_cb(phase, info):
+        if phase == "start":
+            _gc_t0["v"] = time.perf_counter()
+        elif _state["on"]:
+            rec("gc", info.get("generation"), time.perf_counter() - _gc_t0["v"], info.get("collected"))
+
+    gc.callbacks.append(_gc_cb)
+
+    # Run 27: the API server's loop thread, sampled.
+    _sampling = {"on": False, "started": False}
+
+    def _sampler(ident):
+        stacks: dict = {}
+        while True:
+            time.sleep(0.001)
+            if not _sampling["on"]:
+                continue
+            frame = sys._current_frames().get(ident)
+            names = []
+            while frame is not None and len(names) < 24:
+                code = frame.f_code
+                names.append(f"{os.path.basename(code.co_filename)}:{code.co_name}:{frame.f_lineno}")
+                frame = frame.f_back
+            key = tuple(names)
+            sid = stacks.get(key)
+            if sid is None:
+                sid = stacks[key] = len(stacks)
+                rec("stack", sid, names)
+            rec("smp", sid)
+
+    def _start_sampler():
+        if not _sampling["started"]:
+            _sampling["started"] = True
+            threading.Thread(target=_sampler, args=(threading.get_ident(),), daemon=True, name="kp-stage-sampler").start()
 
     def _start():
         threading.Thread(target=_flusher, daemon=True, name="kp-stage-flush").start()
@@ -121,6 +184,7 @@ if _DIR:
             h = raw_request.headers.get("X-Request-Id") if raw_request is not None else None
             _hdr.set(h)
             rec("http", h)
+            _start_sampler()  # run 27: from the loop's thread, which it samples
             if not _lag_started["v"]:
                 import asyncio
 
