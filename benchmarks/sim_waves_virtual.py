@@ -11,7 +11,7 @@ spread between repeats, as `sim_vs_real_vllm.py` counts it) is marked `*` and co
 
     .venv/bin/python benchmarks/sim_waves_virtual.py [--no-async] [--model 1b-tp1] [--only r3-c64,c128] [--seeds 4]
         [--intake-us-per-request 9000] [--intake-gate-us-per-request 1000] [--intake-serial-us-per-request 1000] [--intake-us 1] [--intake-serial-us 0]
-        [--delay-ms 0] [--output-us-per-output 17.7] [--output-us-per-write 58.6] [--bursts]
+        [--delay-ms 0] [--output-us-per-output 17.7] [--output-us-per-write 58.6] [--bursts | --stage-loads]
 
 `--no-async` plans each step when the previous one ends instead of as vLLM 0.24's asynchronous
 scheduling does (`SchedulerConfig.async_scheduling`, on in `kneepoint sim`); the `--intake-*`
@@ -24,7 +24,9 @@ client as its step ends, the simulator before run 24). `--bursts` replays instea
 the 8B, run 8's 128- and 1,024-token bursts and c1 loads of the 8B and 1B: N requests sent at
 once, 16-token replies) and prints the mean TTFT and the first request's. Each request's times
 count from its send; prompts count one token more than the captures' words (the simulator's
-count: the BOS token), outputs as the capture's.
+count: the BOS token), outputs as the capture's. `--stage-loads` replays instead the 1B's stamped closed loops of runs
+25-27 (`tests/data/vllm/README.md`), taken on three H100 machines' hosts at vLLM's defaults, with the simulator on an
+H100: the same loads on three hosts of one machine kind, which tells how far the 1B's figures move with the host.
 """
 
 from __future__ import annotations
@@ -173,6 +175,50 @@ def real_burst(load: dict) -> tuple[float, float]:
     return statistics.fmean(r["ttftMs"] for r in reqs), min(r["ttftMs"] for r in reqs)
 
 
+# Runs 25-27: the 1B's stamped closed loops on three H100 machines' hosts, at vLLM's defaults (run 25's switch
+# interval 5,000 µs, run 27's collector on); the stage client's warm-up is drained before its measured loop, as
+# the load generator's is.
+STAGE_HOST_RUNS = ("1b-h100", "1b-render", "1b-loop")
+
+
+def stage_loads() -> dict[str, tuple[dict, dict]]:
+    """Runs 25-27's streamed 1B loads at vLLM's defaults by "<run>/<label>": (the load's config as a capture
+    writes it, its figures as the load generator computes them from the client's records)."""
+    from vllm_request_stages import collector_off, load, switch_intervals_us
+
+    switch, off = switch_intervals_us(), collector_off()
+    found = {}
+    for run in STAGE_HOST_RUNS:
+        for label, client in load(run)["clients"].items():
+            summary = client["summary"]
+            if label == "warm" or not summary["stream"] or (run == "1b-h100" and switch[label] != 5000.0):
+                continue
+            if run == "1b-loop" and off[label]:
+                continue
+            c = summary["concurrency"]
+            out_len = 64 if c == 1 else 256
+            config = {
+                "concurrency": c,
+                "numRequests": summary["n"],
+                "warmupRequests": c,
+                "inputLen": 128 if label.startswith("p128") else 1024,
+                "outputLen": out_len,
+            }
+            reqs = client["requests"]
+            ttft = sorted((r["first"] - r["start"]) * 1e3 for r in reqs)
+            e2e = sorted((r["end"] - r["start"]) * 1e3 for r in reqs)
+            figures = {
+                "outputTokensPerSecond": out_len * len(reqs) / (max(r["end"] for r in reqs) - min(r["start"] for r in reqs)),
+                "ttftP50Ms": percentile_sorted(ttft, 50),
+                "ttftP99Ms": percentile_sorted(ttft, 99),
+                "tpotMeanMs": statistics.fmean((r["end"] - r["first"]) * 1e3 / (out_len - 1) for r in reqs),
+                "latencyP50Ms": percentile_sorted(e2e, 50),
+                "latencyP99Ms": percentile_sorted(e2e, 99),
+            }
+            found[f"{run}/{label}"] = (config, figures)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -188,6 +234,11 @@ def main() -> None:
     parser.add_argument("--intake-us", type=float, default=None, help="per prompt token; default: the shipped calibration's")
     parser.add_argument("--intake-serial-us", type=float, default=None, help="per prompt token; default: the shipped calibration's")
     parser.add_argument("--bursts", action="store_true", help="replay real vLLM's isolated bursts instead of the closed-loop captures")
+    parser.add_argument(
+        "--stage-loads",
+        action="store_true",
+        help="replay instead the 1B's stamped closed loops of runs 25-27 (three H100 machines' hosts), the simulator on an H100",
+    )
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--output-us-per-output", type=float, default=None, help="default: the shipped calibration's")
     parser.add_argument("--output-us-per-write", type=float, default=None, help="default: the shipped calibration's")
@@ -198,7 +249,12 @@ def main() -> None:
     )
     parser.add_argument("--tolerance", type=float, default=0.10)
     args = parser.parse_args()
-    settings = start_engine([*engine_args(MODELS[args.model][2], args.model), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
+    if args.stage_loads:
+        args.model = "1b-tp1"
+    gpu = ["--gpu", "h100-sxm"] if args.stage_loads else []
+    settings = start_engine(
+        [*engine_args(MODELS[args.model][2], args.model), *gpu, "--dcgm-port", "0", "--model-load-seconds", "0"]
+    ).settings
     assert settings is not None
     serving = settings.perf.calibration.serving
     serving = replace(
@@ -246,7 +302,25 @@ def main() -> None:
 
     print("| capture | workload | figure | real vLLM | simulator (virtual) | error |")
     print("|---|---|---|---|---|---|")
-    if args.bursts:
+    if args.stage_loads:
+        loads = stage_loads()
+
+        def key(config: dict) -> tuple[int, int, int]:
+            return config["inputLen"], config["outputLen"], config["concurrency"]
+
+        spread: dict[tuple[int, int, int], dict[str, list[float]]] = {}
+        for config, figures in loads.values():
+            for k, x in figures.items():
+                spread.setdefault(key(config), {}).setdefault(k, []).append(x)
+        for name, (c, figures) in loads.items():
+            if only and name.split("/")[1] not in only:
+                continue
+            runs = [run(settings, c, args.delay_ms / 1e3, seed, args.async_, intake(), output()) for seed in range(args.seeds)]
+            workload = f"{c['inputLen']}/{c['outputLen']} c{c['concurrency']} x{c['numRequests']}"
+            for label, k in FIGURES:
+                xs = spread[key(c)][k]
+                row(name, workload, label, figures[k], statistics.median(r[k] for r in runs), (min(xs), max(xs), len(xs)))
+    elif args.bursts:
         for name, load in bursts(args.model).items():
             c = load["config"]
             if only and name not in only:
