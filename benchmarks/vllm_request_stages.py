@@ -87,6 +87,18 @@ def load(run: str) -> dict[str, Any]:
         return dict(json.load(f))
 
 
+def _window(run: str, label: str) -> tuple[float, float]:
+    """When one load ran: its first send and its last end (wall-clock seconds)."""
+    reqs = load(run)["clients"][label]["requests"]
+    return min(r["start"] for r in reqs), max(r["end"] for r in reqs)
+
+
+def loads_in_order(run: str) -> list[str]:
+    """One run's measured loads (the warm-up and run 19's unstamped twins left out), in the order they ran."""
+    labels = (k for k in load(run)["clients"] if k != "warm" and not k.startswith("off-"))
+    return sorted(labels, key=lambda k: _window(run, k)[0])
+
+
 def _header_id(request_id: str) -> str:
     """The client's X-Request-Id in vLLM's ids: ``cmpl-<id>-0`` outside the engine, ``cmpl-<id>-0-<8 random>`` inside."""
     rid = request_id[len("cmpl-") :]
@@ -414,11 +426,10 @@ def render_hops(label: str, run: str = RENDER_RUN) -> list[dict[str, float]]:
 
 
 def print_render_run() -> None:
-    doc = load(RENDER_RUN)
     print(f"\n## {RUNS[RENDER_RUN][2]}: the 1B's renders split at their hops ({RUNS[RENDER_RUN][0]}), medians in ms\n")
     print("| load | client send -> handler | " + " | ".join(what for _, _, what in RENDER_HOPS) + " |")
     print("|---|---|" + "---|" * len(RENDER_HOPS))
-    for label in sorted((k for k in doc["clients"] if k != "warm"), key=lambda k: min(r["start"] for r in doc["clients"][k]["requests"])):
+    for label in loads_in_order(RENDER_RUN):
         rows = render_hops(label)
         cells = [median(span_ms(rows, "start", "http"))] + [median(span_ms(rows, a, b)) for a, b, _ in RENDER_HOPS]
         print(f"| {label} | " + " | ".join(f"{x:.2f}" for x in cells) + " |")
@@ -431,11 +442,6 @@ LOOP_SAMPLE_KINDS = (
     ("zmq send", ("socket.py:send",)),  # handing a request to the EngineCore
     ("log write", ("system_utils.py:write_with_prefix",)),  # vLLM's log lines (the access log among them)
 )
-
-
-def _window(run: str, label: str) -> tuple[float, float]:
-    reqs = load(run)["clients"][label]["requests"]
-    return min(r["start"] for r in reqs), max(r["end"] for r in reqs)
 
 
 def collector_off(run: str = LOOP_RUN) -> dict[str, tuple[str, ...]]:
@@ -481,7 +487,6 @@ def idle_thread_starts_ms(label: str, run: str = LOOP_RUN) -> list[float]:
 
 
 def print_loop_run() -> None:
-    doc = load(LOOP_RUN)
     off = collector_off()
     print(f"\n## {RUNS[LOOP_RUN][2]}: the 1B's API server, its collector and its loop thread ({RUNS[LOOP_RUN][0]})\n")
     print(
@@ -489,7 +494,7 @@ def print_loop_run() -> None:
         "longest | loop-thread samples: idle / zmq send / log write / other | an idle worker thread starts, median ms (n) |"
     )
     print("|---|---|---|---|---|---|---|")
-    for label in sorted((k for k in doc["clients"] if k != "warm"), key=lambda k: _window(LOOP_RUN, k)[0]):
+    for label in loads_in_order(LOOP_RUN):
         rows = requests(LOOP_RUN, label)
         cells = [", ".join(off[label]) or "-", f"{ttft_p50_ms(rows):.1f}"]
         for who in ("api", "core"):
@@ -513,11 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.run in (LOOP_RUN, "all"):
         print_loop_run()
     for run in STAGE_RUNS if args.run == "all" else [r for r in [args.run] if r in STAGE_RUNS]:
-        doc = load(run)
-        labels = sorted(
-            (k for k in doc["clients"] if k != "warm" and not k.startswith("off-")),
-            key=lambda k: min(r["start"] for r in doc["clients"][k]["requests"]),
-        )
+        labels = loads_in_order(run)
         print(f"\n## {RUNS[run][2]}: the {run.upper()} ({RUNS[run][0]})\n")
         print("Stages, medians in ms" + (" (P90)" if args.p90 else "") + ":\n")
         print("| load | " + " | ".join(s[0] for s in STAGES) + " | intake (send -> scheduled) | model's lone intake |")
