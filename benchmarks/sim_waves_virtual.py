@@ -24,9 +24,11 @@ client as its step ends, the simulator before run 24). `--bursts` replays instea
 the 8B, run 8's 128- and 1,024-token bursts and c1 loads of the 8B and 1B: N requests sent at
 once, 16-token replies) and prints the mean TTFT and the first request's. Each request's times
 count from its send; prompts count one token more than the captures' words (the simulator's
-count: the BOS token), outputs as the capture's. `--stage-loads` replays instead the 1B's stamped closed loops of runs
-25-27 (`tests/data/vllm/README.md`), taken on three H100 machines' hosts at vLLM's defaults, with the simulator on an
-H100: the same loads on three hosts of one machine kind, which tells how far the 1B's figures move with the host.
+count: the BOS token), outputs as the capture's. `--stage-loads` replays instead the stamped closed loops
+(`tests/data/vllm/README.md`): runs 19-21's 1B, 8B and 14B on an H200, and runs 25-27's 1B on three H100 machines'
+hosts (the same loads on three hosts of one machine kind: how far the 1B's figures move with the host), at vLLM's
+defaults, each with the simulator on its GPU; then, per load, the two halves of the time to the first token that the
+stamps split: the send to the engine, and the engine to the end of the step that made the first token.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ def run(
     starts: dict[int, float] = {}
     tokens: dict[int, list[float]] = {}
     done: list[int] = []
+    reached: dict[int, float] = {}  # when each request reached the engine
+    first_step: dict[int, float] = {}  # when the step that made its first token ended
     sent, limit = 0, warmup  # the phase's last index + 1
     engine_done: set[int] = set()  # finished in the engine; the client has its end once its last token is written
 
@@ -103,6 +107,7 @@ def run(
                 at, index = heapq.heappop(delayed)
                 intake.receive(at, index, prompt)
             for at, index in intake.reached(now[0]):
+                reached[int(index)] = at
                 sched.add_request(str(index), prompt, output_len, arrival_time=at)
             step = sched.schedule(now[0])
             if step is None:
@@ -112,6 +117,8 @@ def run(
             end = now[0] + step.duration
             outcome = sched.complete(step, end)
             now[0] = end
+            for req in outcome.tokens:
+                first_step.setdefault(int(req.request_id), end)
             if output is not None:
                 engine_done.update(int(req.request_id) for req in outcome.finished)
                 output.push(end, [req.request_id for req in outcome.tokens])
@@ -145,6 +152,9 @@ def run(
         "tpotMeanMs": statistics.fmean(tpot),
         "latencyP50Ms": percentile_sorted(e2e, 50),
         "latencyP99Ms": percentile_sorted(e2e, 99),
+        # Inside: the median send -> the engine has the request, and -> the step that made its first token ended.
+        "toEngineP50Ms": statistics.median((reached[i] - starts[i]) * 1e3 for i in kept),
+        "engineToFirstP50Ms": statistics.median((first_step[i] - reached[i]) * 1e3 for i in kept),
     }
 
 
@@ -175,38 +185,55 @@ def real_burst(load: dict) -> tuple[float, float]:
     return statistics.fmean(r["ttftMs"] for r in reqs), min(r["ttftMs"] for r in reqs)
 
 
-# Runs 25-27: the 1B's stamped closed loops on three H100 machines' hosts, at vLLM's defaults (run 25's switch
-# interval 5,000 µs, run 27's collector on); the stage client's warm-up is drained before its measured loop, as
-# the load generator's is.
+# The stamped closed loops (tests/data/vllm/README.md): runs 19-21 on an H200 (the 1B, 8B and 14B), runs 25-27 the
+# 1B on three H100 machines' hosts, at vLLM's defaults (run 25's switch interval 5,000 µs, run 27's collector on).
+# Run: (the simulator's model, its --gpu). The stage client's warm-up is drained before its measured loop, as the
+# load generator's is.
+STAGE_RUNS = {
+    "1b": ("1b-tp1", None),
+    "8b": ("8b-tp1", None),
+    "14b": ("14b-tp1", None),
+    "1b-h100": ("1b-tp1", "h100-sxm"),
+    "1b-render": ("1b-tp1", "h100-sxm"),
+    "1b-loop": ("1b-tp1", "h100-sxm"),
+}
 STAGE_HOST_RUNS = ("1b-h100", "1b-render", "1b-loop")
 
 
-def stage_loads() -> dict[str, tuple[dict, dict]]:
-    """Runs 25-27's streamed 1B loads at vLLM's defaults by "<run>/<label>": (the load's config as a capture
-    writes it, its figures as the load generator computes them from the client's records)."""
-    from vllm_request_stages import collector_off, load, switch_intervals_us
+def stage_load_shape(run: str, label: str) -> tuple[int, int]:
+    """(prompt words, output tokens) of one stamped load, as its experiment script sent it (kit-scripts/exp-stages.sh,
+    exp-switch.sh, exp-render.sh, exp-loop.sh)."""
+    if run in STAGE_HOST_RUNS:
+        return (128, 256) if label.startswith("p128") else (1024, 64) if label == "c1" else (1024, 256)
+    return {"c1-p128": (128, 64), "c1-p2048": (2048, 128), "c32-p128": (128, 256)}.get(label, (1024, 256))
+
+
+def stage_loads() -> dict[str, tuple[str, str | None, dict, dict]]:
+    """The stamped runs' streamed loads at vLLM's defaults by "<run>/<label>": (the simulator's model, its --gpu, the
+    load's config as a capture writes it, its figures as the load generator computes them from the client's records,
+    with two medians from the stamps inside vLLM)."""
+    from vllm_request_stages import collector_off, load, loads_in_order, median, requests, span_ms, switch_intervals_us
 
     switch, off = switch_intervals_us(), collector_off()
     found = {}
-    for run in STAGE_HOST_RUNS:
-        for label, client in load(run)["clients"].items():
-            summary = client["summary"]
-            if label == "warm" or not summary["stream"] or (run == "1b-h100" and switch[label] != 5000.0):
+    for run, (model, gpu) in STAGE_RUNS.items():
+        for label in loads_in_order(run):  # the warm-up and run 19's unstamped twins left out
+            client = load(run)["clients"][label]
+            if not client["summary"]["stream"] or (run == "1b-h100" and switch[label] != 5000.0) or (run == "1b-loop" and off[label]):
                 continue
-            if run == "1b-loop" and off[label]:
-                continue
-            c = summary["concurrency"]
-            out_len = 64 if c == 1 else 256
+            c = client["summary"]["concurrency"]
+            prompt, out_len = stage_load_shape(run, label)
             config = {
                 "concurrency": c,
-                "numRequests": summary["n"],
+                "numRequests": client["summary"]["n"],
                 "warmupRequests": c,
-                "inputLen": 128 if label.startswith("p128") else 1024,
+                "inputLen": prompt,
                 "outputLen": out_len,
             }
             reqs = client["requests"]
             ttft = sorted((r["first"] - r["start"]) * 1e3 for r in reqs)
             e2e = sorted((r["end"] - r["start"]) * 1e3 for r in reqs)
+            rows = requests(run, label)
             figures = {
                 "outputTokensPerSecond": out_len * len(reqs) / (max(r["end"] for r in reqs) - min(r["start"] for r in reqs)),
                 "ttftP50Ms": percentile_sorted(ttft, 50),
@@ -214,8 +241,11 @@ def stage_loads() -> dict[str, tuple[dict, dict]]:
                 "tpotMeanMs": statistics.fmean((r["end"] - r["first"]) * 1e3 / (out_len - 1) for r in reqs),
                 "latencyP50Ms": percentile_sorted(e2e, 50),
                 "latencyP99Ms": percentile_sorted(e2e, 99),
+                # Inside vLLM: send -> its EngineCore's input thread has it, -> the step that made its first token processed.
+                "toEngineP50Ms": median(span_ms(rows, "start", "core_in")),
+                "engineToFirstP50Ms": median(span_ms(rows, "core_in", "update")),
             }
-            found[f"{run}/{label}"] = (config, figures)
+            found[f"{run}/{label}"] = (model, gpu, config, figures)
     return found
 
 
@@ -235,9 +265,7 @@ def main() -> None:
     parser.add_argument("--intake-serial-us", type=float, default=None, help="per prompt token; default: the shipped calibration's")
     parser.add_argument("--bursts", action="store_true", help="replay real vLLM's isolated bursts instead of the closed-loop captures")
     parser.add_argument(
-        "--stage-loads",
-        action="store_true",
-        help="replay instead the 1B's stamped closed loops of runs 25-27 (three H100 machines' hosts), the simulator on an H100",
+        "--stage-loads", action="store_true", help="replay instead the stamped closed loops of runs 19-21 (H200) and 25-27 (the 1B, H100)"
     )
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--output-us-per-output", type=float, default=None, help="default: the shipped calibration's")
@@ -249,12 +277,7 @@ def main() -> None:
     )
     parser.add_argument("--tolerance", type=float, default=0.10)
     args = parser.parse_args()
-    if args.stage_loads:
-        args.model = "1b-tp1"
-    gpu = ["--gpu", "h100-sxm"] if args.stage_loads else []
-    settings = start_engine(
-        [*engine_args(MODELS[args.model][2], args.model), *gpu, "--dcgm-port", "0", "--model-load-seconds", "0"]
-    ).settings
+    settings = start_engine([*engine_args(MODELS[args.model][2], args.model), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
     assert settings is not None
     serving = settings.perf.calibration.serving
     serving = replace(
@@ -304,22 +327,45 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     if args.stage_loads:
         loads = stage_loads()
+        engines: dict[tuple[str, str | None], SimulatorSettings] = {}
 
-        def key(config: dict) -> tuple[int, int, int]:
-            return config["inputLen"], config["outputLen"], config["concurrency"]
+        def key(model: str, gpu: str | None, config: dict) -> tuple[str, str | None, int, int, int]:
+            return model, gpu, config["inputLen"], config["outputLen"], config["concurrency"]
 
-        spread: dict[tuple[int, int, int], dict[str, list[float]]] = {}
-        for config, figures in loads.values():
+        spread: dict[tuple[str, str | None, int, int, int], dict[str, list[float]]] = {}
+        for model, gpu, config, figures in loads.values():
             for k, x in figures.items():
-                spread.setdefault(key(config), {}).setdefault(k, []).append(x)
-        for name, (c, figures) in loads.items():
+                spread.setdefault(key(model, gpu, config), {}).setdefault(k, []).append(x)
+        inside = []
+        for name, (model, gpu, c, figures) in loads.items():
             if only and name.split("/")[1] not in only:
                 continue
-            runs = [run(settings, c, args.delay_ms / 1e3, seed, args.async_, intake(), output()) for seed in range(args.seeds)]
+            if (model, gpu) not in engines:
+                flags = [
+                    *engine_args(MODELS[model][2], model),
+                    *(["--gpu", gpu] if gpu else []),
+                    "--dcgm-port",
+                    "0",
+                    "--model-load-seconds",
+                    "0",
+                ]
+                engine = start_engine(flags).settings
+                assert engine is not None
+                engines[(model, gpu)] = engine
+            runs = [run(engines[(model, gpu)], c, args.delay_ms / 1e3, seed, args.async_, intake(), output()) for seed in range(args.seeds)]
             workload = f"{c['inputLen']}/{c['outputLen']} c{c['concurrency']} x{c['numRequests']}"
             for label, k in FIGURES:
-                xs = spread[key(c)][k]
+                xs = spread[key(model, gpu, c)][k]
                 row(name, workload, label, figures[k], statistics.median(r[k] for r in runs), (min(xs), max(xs), len(xs)))
+            sim = [statistics.median(r[k] for r in runs) for k in ("toEngineP50Ms", "engineToFirstP50Ms")]
+            inside.append(
+                f"| {name} | {workload} | {figures['toEngineP50Ms']:.1f} | {sim[0]:.1f} | {figures['engineToFirstP50Ms']:.1f} | {sim[1]:.1f} |"
+            )
+        print("\nInside (medians, ms; not counted above): send -> the engine has the request; -> the step that made its first token ended")
+        print("(vLLM: its EngineCore's input thread decoded it; its first token's step processed, the `update` stamp)\n")
+        print("| load | workload | to the engine, vLLM | simulator | engine -> first token's step, vLLM | simulator |")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(inside))
     elif args.bursts:
         for name, load in bursts(args.model).items():
             c = load["config"]

@@ -491,9 +491,10 @@ def print_loop_run() -> None:
     print(f"\n## {RUNS[LOOP_RUN][2]}: the 1B's API server, its collector and its loop thread ({RUNS[LOOP_RUN][0]})\n")
     print(
         "| load | collector off in | TTFT P50 ms | API server's collections: n, total ms, longest | EngineCore's: n, total ms, "
-        "longest | loop-thread samples: idle / zmq send / log write / other | an idle worker thread starts, median ms (n) |"
+        "longest | loop-thread samples: idle / zmq send / log write / other | an idle worker thread starts, median ms (n) "
+        "| send -> the EngineCore has it, median ms | -> its first token's step processed |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label in loads_in_order(LOOP_RUN):
         rows = requests(LOOP_RUN, label)
         cells = [", ".join(off[label]) or "-", f"{ttft_p50_ms(rows):.1f}"]
@@ -503,6 +504,7 @@ def print_loop_run() -> None:
         cells.append(" / ".join(str(n) for n in loop_samples(LOOP_RUN, label).values()))
         starts = idle_thread_starts_ms(label)
         cells.append(f"{median(starts):.2f} ({len(starts)})" if starts else "-")
+        cells += [f"{median(span_ms(rows, 'start', 'core_in')):.1f}", f"{median(span_ms(rows, 'core_in', 'update')):.1f}"]
         print(f"| {label} | " + " | ".join(cells) + " |")
 
 
