@@ -56,6 +56,13 @@ from kneepoint.simulator.virtual_tier import start_engine
 BOS = 1  # the simulator counts a prompt of n words as n + 1 tokens
 
 
+def replay_settings(engine_flags: list[str]) -> SimulatorSettings:
+    """The simulator `kneepoint sim` would run with these engine flags, with no DCGM endpoint and no model-load wait."""
+    settings = start_engine([*engine_flags, "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
+    assert settings is not None
+    return settings
+
+
 def run(
     settings: SimulatorSettings,
     config: dict,
@@ -197,7 +204,7 @@ STAGE_RUNS = {
     "1b-render": ("1b-tp1", "h100-sxm"),
     "1b-loop": ("1b-tp1", "h100-sxm"),
 }
-STAGE_HOST_RUNS = ("1b-h100", "1b-render", "1b-loop")
+STAGE_HOST_RUNS = tuple(run for run, (_model, gpu) in STAGE_RUNS.items() if gpu)  # runs 25-27
 
 
 def stage_load_shape(run: str, label: str) -> tuple[int, int]:
@@ -208,10 +215,11 @@ def stage_load_shape(run: str, label: str) -> tuple[int, int]:
     return {"c1-p128": (128, 64), "c1-p2048": (2048, 128), "c32-p128": (128, 256)}.get(label, (1024, 256))
 
 
-def stage_loads() -> dict[str, tuple[str, str | None, dict, dict]]:
-    """The stamped runs' streamed loads at vLLM's defaults by "<run>/<label>": (the simulator's model, its --gpu, the
-    load's config as a capture writes it, its figures as the load generator computes them from the client's records,
-    with two medians from the stamps inside vLLM)."""
+def stage_loads() -> dict[str, dict]:
+    """The stamped runs' streamed loads at vLLM's defaults by "<run>/<label>", each shaped as a capture (``model``: the
+    simulator's model, with its GPU when it is not the H200, so that `real_spread` keeps the hosts of one GPU
+    together; ``config``; ``summary``: the figures as the load generator computes them from the client's records,
+    with two medians from the stamps inside vLLM) and the replay's ``engineFlags``."""
     from vllm_request_stages import collector_off, load, loads_in_order, median, requests, span_ms, switch_intervals_us
 
     switch, off = switch_intervals_us(), collector_off()
@@ -224,6 +232,7 @@ def stage_loads() -> dict[str, tuple[str, str | None, dict, dict]]:
             c = client["summary"]["concurrency"]
             prompt, out_len = stage_load_shape(run, label)
             config = {
+                "api": "completions",
                 "concurrency": c,
                 "numRequests": client["summary"]["n"],
                 "warmupRequests": c,
@@ -245,7 +254,12 @@ def stage_loads() -> dict[str, tuple[str, str | None, dict, dict]]:
                 "toEngineP50Ms": median(span_ms(rows, "start", "core_in")),
                 "engineToFirstP50Ms": median(span_ms(rows, "core_in", "update")),
             }
-            found[f"{run}/{label}"] = (model, gpu, config, figures)
+            found[f"{run}/{label}"] = {
+                "model": f"{model} on {gpu}" if gpu else model,
+                "engineFlags": [*engine_args(MODELS[model][2], model), *(["--gpu", gpu] if gpu else [])],
+                "config": config,
+                "summary": figures,
+            }
     return found
 
 
@@ -277,8 +291,7 @@ def main() -> None:
     )
     parser.add_argument("--tolerance", type=float, default=0.10)
     args = parser.parse_args()
-    settings = start_engine([*engine_args(MODELS[args.model][2], args.model), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
-    assert settings is not None
+    settings = replay_settings(engine_args(MODELS[args.model][2], args.model))
     serving = settings.perf.calibration.serving
     serving = replace(
         serving,
@@ -327,36 +340,19 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     if args.stage_loads:
         loads = stage_loads()
-        engines: dict[tuple[str, str | None], SimulatorSettings] = {}
-
-        def key(model: str, gpu: str | None, config: dict) -> tuple[str, str | None, int, int, int]:
-            return model, gpu, config["inputLen"], config["outputLen"], config["concurrency"]
-
-        spread: dict[tuple[str, str | None, int, int, int], dict[str, list[float]]] = {}
-        for model, gpu, config, figures in loads.values():
-            for k, x in figures.items():
-                spread.setdefault(key(model, gpu, config), {}).setdefault(k, []).append(x)
+        spread = real_spread(loads)
+        engines: dict[str, SimulatorSettings] = {}
         inside = []
-        for name, (model, gpu, c, figures) in loads.items():
+        for name, cap in loads.items():
             if only and name.split("/")[1] not in only:
                 continue
-            if (model, gpu) not in engines:
-                flags = [
-                    *engine_args(MODELS[model][2], model),
-                    *(["--gpu", gpu] if gpu else []),
-                    "--dcgm-port",
-                    "0",
-                    "--model-load-seconds",
-                    "0",
-                ]
-                engine = start_engine(flags).settings
-                assert engine is not None
-                engines[(model, gpu)] = engine
-            runs = [run(engines[(model, gpu)], c, args.delay_ms / 1e3, seed, args.async_, intake(), output()) for seed in range(args.seeds)]
+            if cap["model"] not in engines:
+                engines[cap["model"]] = replay_settings(cap["engineFlags"])
+            c, figures = cap["config"], cap["summary"]
+            runs = [run(engines[cap["model"]], c, args.delay_ms / 1e3, seed, args.async_, intake(), output()) for seed in range(args.seeds)]
             workload = f"{c['inputLen']}/{c['outputLen']} c{c['concurrency']} x{c['numRequests']}"
             for label, k in FIGURES:
-                xs = spread[key(model, gpu, c)][k]
-                row(name, workload, label, figures[k], statistics.median(r[k] for r in runs), (min(xs), max(xs), len(xs)))
+                row(name, workload, label, figures[k], statistics.median(r[k] for r in runs), spread[workload_key(cap)][k])
             sim = [statistics.median(r[k] for r in runs) for k in ("toEngineP50Ms", "engineToFirstP50Ms")]
             inside.append(
                 f"| {name} | {workload} | {figures['toEngineP50Ms']:.1f} | {sim[0]:.1f} | {figures['engineToFirstP50Ms']:.1f} | {sim[1]:.1f} |"
@@ -384,8 +380,7 @@ def main() -> None:
                 continue  # a chat prompt's token count is the chat template's
             engine = settings
             if cap.get("engineFlags"):  # run 23: the capture's engine ran with its own --max-num-seqs / --max-model-len
-                engine = start_engine([*capture_engine_args(cap), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
-                assert engine is not None
+                engine = replay_settings(capture_engine_args(cap))
             runs = [run(engine, c, args.delay_ms / 1e3, seed, args.async_, intake(), output()) for seed in range(args.seeds)]
             workload = f"{c['inputLen']}/{c['outputLen']} c{c['concurrency']} x{c['numRequests']}"
             for label, key in FIGURES:

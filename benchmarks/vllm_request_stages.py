@@ -371,8 +371,8 @@ def switch_intervals_us(run: str = SWITCH_RUN) -> dict[str, float]:
     doc = load(run)
     changes = sorted((s[2], s[4] * 1e6) for s in doc["stamps"] if s[1] == "switch")
     out = {}
-    for label, client in doc["clients"].items():
-        start = min(r["start"] for r in client["requests"])
+    for label in doc["clients"]:
+        start = _window(run, label)[0]
         before = [us for wall, us in changes if wall <= start]
         out[label] = before[-1] if before else 5000.0  # Python's default until the first change
     return out

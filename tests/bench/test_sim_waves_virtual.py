@@ -26,9 +26,7 @@ def swv():
 
 
 def _engine(swv, max_num_seqs: int):
-    settings = swv.start_engine([*swv.engine_args(max_num_seqs, "8b-tp1"), "--dcgm-port", "0", "--model-load-seconds", "0"]).settings
-    assert settings is not None
-    return settings
+    return swv.replay_settings(swv.engine_args(max_num_seqs, "8b-tp1"))
 
 
 def test_a_loop_that_takes_a_millisecond_an_output_delivers_at_most_a_thousand_tokens_a_second(swv) -> None:

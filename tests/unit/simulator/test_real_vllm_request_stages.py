@@ -336,21 +336,18 @@ def test_the_models_output_loop_falls_behind_where_vllms_does_and_keeps_up_where
     assert behind_after("1b", "c128", 128) < 3 * 128 / stages.output_rates("1b", "c128", 128)[0]
 
 
-def _simulated(model: str, gpu: str | None, config: dict) -> dict[str, float]:
-    """One stamped load replayed on the virtual clock (sim_waves_virtual), one seed."""
-    flags = [
-        *virtual.engine_args(virtual.MODELS[model][2], model),
-        *(["--gpu", gpu] if gpu else []),
-        "--dcgm-port",
-        "0",
-        "--model-load-seconds",
-        "0",
-    ]
-    settings = virtual.start_engine(flags).settings
-    assert settings is not None
+def _simulated(cap: dict) -> dict[str, float]:
+    """One stamped load (a `sim_waves_virtual.stage_loads` entry) replayed on the virtual clock, one seed."""
+    settings = virtual.replay_settings(cap["engineFlags"])
     serving = settings.perf.calibration.serving
     return virtual.run(
-        settings, config, 0.0, 0, True, virtual.Intake.of(serving), virtual.OutputLoop(serving.api_us_per_output, serving.api_us_per_write)
+        settings,
+        cap["config"],
+        0.0,
+        0,
+        True,
+        virtual.Intake.of(serving),
+        virtual.OutputLoop(serving.api_us_per_output, serving.api_us_per_write),
     )
 
 
@@ -360,16 +357,15 @@ def test_on_every_host_a_1b_wave_waits_longer_for_its_first_tokens_than_the_mode
     # decode steps the median first token comes after 37-52 of them on every host. The simulator (on an H100, the
     # virtual clock) gives 29: the wave's hold it lacks is not the host's.
     loads = {
-        name: (model, gpu, config, figures)
-        for name, (model, gpu, config, figures) in virtual.stage_loads().items()
-        if name.split("/")[0] in virtual.STAGE_HOST_RUNS and (config["inputLen"], config["concurrency"]) == (1024, 32)
+        name: cap
+        for name, cap in virtual.stage_loads().items()
+        if name.split("/")[0] in virtual.STAGE_HOST_RUNS and (cap["config"]["inputLen"], cap["config"]["concurrency"]) == (1024, 32)
     }
     assert {name.split("/")[0] for name in loads} == set(virtual.STAGE_HOST_RUNS) and len(loads) >= 6
-    tpots = [f["tpotMeanMs"] for *_, f in loads.values()]
+    tpots = [cap["summary"]["tpotMeanMs"] for cap in loads.values()]
     assert max(tpots) > 1.7 * min(tpots)
-    assert all(36.0 < f["ttftP50Ms"] / f["tpotMeanMs"] < 53.0 for *_, f in loads.values())
-    model, gpu, config, _ = next(iter(loads.values()))
-    sim = _simulated(model, gpu, config)
+    assert all(36.0 < cap["summary"]["ttftP50Ms"] / cap["summary"]["tpotMeanMs"] < 53.0 for cap in loads.values())
+    sim = _simulated(next(iter(loads.values())))
     assert 24.0 < sim["ttftP50Ms"] / sim["tpotMeanMs"] < 33.0
 
 
@@ -381,18 +377,18 @@ def test_the_1bs_first_tokens_wait_in_the_enginecore_and_the_larger_models_intak
     # parts 0.76-1.39 of its. So the 1B's missing hold is on the EngineCore's side, and the larger models' intake
     # stands in for part of theirs. Lone prompts whose step is not the model's left out: a lone 1B prompt's step is
     # the host's CPU time (9-21 ms over the hosts), a lone 128-token one a prefill within the piecewise graphs (above).
-    loads = virtual.stage_loads()
-    sims: dict[tuple[str, str | None, tuple], dict[str, float]] = {}
-    for name, (model, gpu, config, real) in loads.items():
-        if config["concurrency"] == 1 and (model == "1b-tp1" or config["inputLen"] == 128):
+    sims: dict[tuple[str, tuple], dict[str, float]] = {}
+    for name, cap in virtual.stage_loads().items():
+        config, real, one_b = cap["config"], cap["summary"], cap["model"].startswith("1b-tp1")
+        if config["concurrency"] == 1 and (one_b or config["inputLen"] == 128):
             continue
-        shape = tuple(sorted(config.items()))
-        if (model, gpu, shape) not in sims:
-            sims[(model, gpu, shape)] = _simulated(model, gpu, config)
-        sim = sims[(model, gpu, shape)]
+        load = (cap["model"], tuple(sorted(config.items())))
+        if load not in sims:
+            sims[load] = _simulated(cap)
+        sim = sims[load]
         to_engine = real["toEngineP50Ms"] / sim["toEngineP50Ms"]
         engine = real["engineToFirstP50Ms"] / sim["engineToFirstP50Ms"]
-        if model == "1b-tp1":
+        if one_b:
             assert engine > 1.25 and 0.45 < to_engine < 1.55, (name, engine, to_engine)
         else:
             assert to_engine < 0.8 and 0.7 < engine < 1.45, (name, engine, to_engine)
