@@ -392,3 +392,33 @@ def test_the_1bs_first_tokens_wait_in_the_enginecore_and_the_larger_models_intak
             assert engine > 1.25 and 0.45 < to_engine < 1.55, (name, engine, to_engine)
         else:
             assert to_engine < 0.8 and 0.7 < engine < 1.45, (name, engine, to_engine)
+
+
+def _wave_prefill_steps(run: str, label: str, wave: int) -> tuple[list[tuple[float, int, int]], dict[str, float], float]:
+    """(the prefill steps planned in one closed-loop wave as (ms from its first send, tokens, new requests), the
+    wave's first request's stamps, the wave's first send)."""
+    w = stages.waves(stages.requests(run, label))[wave]
+    t0 = min(r["start"] for r in w)
+    hi = max(r["first"] for r in w)
+    steps = [((s[2] - t0) * 1e3, s[4], len(s[6])) for s in stages._scheds(run) if t0 <= s[2] <= hi and s[6]]
+    first = min(w, key=lambda r: r["sched"])
+    return steps, first, t0
+
+
+def test_a_waves_prefill_steps_take_what_has_reached_the_enginecore_and_hand_out_tokens_after_the_next_plan() -> None:
+    # docs/simulator.md, "the EngineCore's loop as a pipeline": run 27's c32 wave on an H100's host.
+    steps, first, t0 = _wave_prefill_steps("1b-loop", "c32-a", 2)
+    assert [new for _, _, new in steps] == [2, 8, 8, 8, 6]
+    assert [tokens for _, tokens, _ in steps[1:4]] == [8192] * 3
+    assert steps[0][0] == pytest.approx(24.2, abs=0.1)
+    # The first step's tokens come out after the next step was planned (and launched): about 23 ms after its own
+    # plan for about 6 ms of GPU work.
+    update_ms = (first["update"] - t0) * 1e3
+    assert steps[1][0] < update_ms < steps[2][0]
+    assert update_ms - steps[0][0] == pytest.approx(22.8, abs=0.5)
+    # The 8B's c32 wave of 128-token prompts: 42 ms from a 642-token eager step's plan to the next, which takes the
+    # 25 prompts that reached the EngineCore meanwhile in one step.
+    steps8, _, _ = _wave_prefill_steps("8b", "c32-p128", 2)
+    (at_a, tokens_a, new_a), (at_b, tokens_b, new_b) = steps8[-2:]
+    assert (tokens_a, new_a, tokens_b, new_b) == (642, 5, 3207, 25)
+    assert at_b - at_a == pytest.approx(42.0, abs=0.5)
