@@ -400,7 +400,7 @@ def _wave_prefill_steps(run: str, label: str, wave: int) -> tuple[list[tuple[flo
     w = stages.waves(stages.requests(run, label))[wave]
     t0 = min(r["start"] for r in w)
     hi = max(r["first"] for r in w)
-    steps = [((s[2] - t0) * 1e3, s[4], len(s[6])) for s in stages._scheds(run) if t0 <= s[2] <= hi and s[6]]
+    steps = [((x.at - t0) * 1e3, x.tokens, x.new) for x in stages.launches(run, label) if t0 <= x.at <= hi and x.new]
     first = min(w, key=lambda r: r["sched"])
     return steps, first, t0
 
