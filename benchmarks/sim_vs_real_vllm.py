@@ -193,6 +193,50 @@ def workload_key(cap: dict) -> str:
     return f"{cap['model']} {c['api']} c{c['concurrency']} {c['inputLen']}/{c['outputLen']}"
 
 
+def holds(sim: float, real: float, tolerance: float) -> bool:
+    """Whether a simulated figure is within ``tolerance`` of a real one (|sim / real - 1| <= tolerance)."""
+    return (1 - tolerance) * real <= sim <= (1 + tolerance) * real
+
+
+def fewest_misses(values: list[float], tolerance: float) -> int:
+    """The fewest of ``values`` (one figure of one workload's real captures) that any one simulated value misses.
+
+    A value holds the real r when it lies in [(1 - tolerance) r, (1 + tolerance) r]; the most of these intervals that
+    share a point share the lower end of one of them, so those ends are the only values worth trying."""
+    if not values:
+        return 0
+    return len(values) - max(sum(holds((1 - tolerance) * v, r, tolerance) for r in values) for v in values)
+
+
+def unavoidable_misses(caps: dict[str, dict], tolerance: float) -> dict[str, tuple[int, int]]:
+    """Per engine (the capture's model): (figures, the fewest of them that any simulator misses). The simulator gives
+    one workload one value a figure (as a model, whatever its noise seed), so where real vLLM's own captures of a
+    workload lie further apart than the tolerance allows on both sides, some of them are missed whatever it gives."""
+    groups: dict[str, list[dict]] = {}
+    for cap in caps.values():
+        groups.setdefault(workload_key(cap), []).append(cap)
+    floor: dict[str, tuple[int, int]] = {}
+    for group in groups.values():
+        model = group[0]["model"]
+        n, missed = floor.get(model, (0, 0))
+        for _, fig in FIGURES:
+            n, missed = n + len(group), missed + fewest_misses([float(c["summary"][fig]) for c in group], tolerance)
+        floor[model] = (n, missed)
+    return floor
+
+
+def floor_line(caps: dict[str, dict], tolerance: float) -> str:
+    """The summary's line on what no simulator can meet in ``caps``."""
+    floor = unavoidable_misses(caps, tolerance)
+    total = sum(n for n, _ in floor.values())
+    least = sum(m for _, m in floor.values())
+    engines = ", ".join(f"{model} {m} of {n}" for model, (n, m) in floor.items() if m)
+    return (
+        f"at least {least} of the {total} figures miss {tolerance:.0%} whatever the simulator gives: real vLLM's own captures "
+        f"of their workload lie too far apart for one value to hold them all" + (f" ({engines})" if engines else "")
+    )
+
+
 def real_spread(caps: dict[str, dict]) -> dict[str, dict[str, tuple[float, float, int]]]:
     """Per workload and figure: (lowest, highest, number of captures) over real vLLM's own captures.
     Real vLLM repeats some figures poorly (the waves at c128 are bistable; tests/data/vllm/README.md,
@@ -291,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             low, high, n = spread[workload_key(cap)][key]
             among = f"{fmt.format(low)} to {fmt.format(high)} ({n}, {high / low - 1:.0%} apart)" if n > 1 else ""
             lines.append(f"| {name} | {workload} | {label} | {fmt.format(r)} | {fmt.format(s)} | {err:+.1%} | {among} |")
-            if abs(err) > args.tolerance:
+            if not holds(s, r, args.tolerance):
                 own = f"; real vLLM's {n} captures of this workload differ by {high / low - 1:.0%}" if n > 1 else ""
                 misses.append(f"{name} {label}: {err:+.1%}{own}")
                 if not low * (1 - args.tolerance) <= s <= high * (1 + args.tolerance):
@@ -307,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{beyond_spread} of them also outside {args.tolerance:.0%} of every real capture of their workload "
         f"(the rest lie within real vLLM's own spread between repeats of the same load)"
     )
+    print(floor_line(caps, args.tolerance))
     print(f"\nworst end-to-end error {worst:.1%} (goal {args.tolerance:.0%}); worst traced decode step error {worst_step:.1%} (goal 5%)")
     print(unprofiled)
     if args.json:

@@ -1,0 +1,77 @@
+"""benchmarks/sim_vs_real_vllm.py's floor: how many figures any simulator misses, because real vLLM's own captures of
+one workload lie further apart than the tolerance allows on both sides of one value."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def svr():
+    spec = importlib.util.spec_from_file_location("sim_vs_real_vllm", ROOT / "benchmarks" / "sim_vs_real_vllm.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sim_vs_real_vllm"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _misses(svr, sim: float, values: list[float], tolerance: float) -> int:
+    return sum(not svr.holds(sim, r, tolerance) for r in values)
+
+
+reals = st.lists(st.floats(min_value=0.5, max_value=5000.0, allow_nan=False), min_size=1, max_size=8)
+tolerances = st.sampled_from([0.05, 0.10, 0.25])
+
+
+@given(values=reals, tolerance=tolerances, at=st.floats(min_value=0.1, max_value=10000.0, allow_nan=False))
+def test_no_value_misses_fewer_than_the_floor(svr, values, tolerance, at) -> None:
+    assert _misses(svr, at, values, tolerance) >= svr.fewest_misses(values, tolerance)
+
+
+@given(values=reals, tolerance=tolerances)
+def test_the_floor_is_met_by_some_value(svr, values, tolerance) -> None:
+    # Every end of every interval a value holds a real in, and the points between them: the floor is the least of
+    # these, reached by one of them.
+    ends = sorted({e for r in values for e in ((1 - tolerance) * r, (1 + tolerance) * r)})
+    tried = ends + [(a + b) / 2 for a, b in zip(ends, ends[1:], strict=False)]
+    assert min(_misses(svr, v, values, tolerance) for v in tried) == svr.fewest_misses(values, tolerance)
+
+
+def test_takes_within_the_tolerance_of_one_value_leave_no_floor(svr) -> None:
+    # 17.0 holds both 16.0 and 18.2 within 10 %.
+    assert svr.fewest_misses([16.0, 18.2], 0.10) == 0
+    assert svr.fewest_misses([], 0.10) == 0
+
+
+def _workload(svr, key: str) -> dict[str, dict]:
+    caps = svr.captures(None, tuple(svr.MODELS))
+    return {name: cap for name, cap in caps.items() if svr.workload_key(cap) == key}
+
+
+def test_the_1bs_lone_128_token_prompts_decode_too_far_apart_for_one_value(svr) -> None:
+    # Nine takes of one load on runs 6, 13 and 15's hosts: TPOT 1.51-2.16 ms. A value within 10 % of 1.51 is at most
+    # 1.66, which is more than 10 % under 1.95, 2.09 and 2.16: whatever the simulator gives, 3 miss.
+    caps = _workload(svr, "1b-tp1 completions c1 128/512")
+    tpots = sorted(float(cap["summary"]["tpotMeanMs"]) for cap in caps.values())
+    assert len(tpots) == 9
+    assert tpots[0] == pytest.approx(1.51, abs=0.01) and tpots[-1] == pytest.approx(2.16, abs=0.01)
+    assert svr.fewest_misses(tpots, 0.10) == 3
+
+
+def test_the_8bs_bistable_c128_waves_put_half_their_ttft_medians_out_of_reach(svr) -> None:
+    # Six takes of the 8B's c128 1,024/256 load: TTFT P50 762-797 ms in two, 1,213-1,256 in three, 1,680 in one.
+    caps = _workload(svr, "8b-tp1 completions c128 1024/256")
+    assert len(caps) == 6
+    assert svr.fewest_misses([float(cap["summary"]["ttftP50Ms"]) for cap in caps.values()], 0.10) == 3
+    # With the E2E P99 of 6,015 ms (the take whose waves stayed together) against 7,048-8,292 in the rest, 4 of the 36.
+    assert svr.unavoidable_misses(caps, 0.10) == {"8b-tp1": (36, 4)}
+    assert "at least 4 of the 36 figures miss 10% whatever the simulator gives" in svr.floor_line(caps, 0.10)
