@@ -10,8 +10,11 @@ error. Then the per-composition step times, simulator model against the real tra
 
     .venv/bin/python benchmarks/sim_vs_real_vllm.py [--only c32-operator,1b-c1] [--models 8b-tp1,1b-tp1] [--port 18400]
 
-Exit status 0 when every figure is within --tolerance (default 10 %), 1 otherwise. Takes about
-as long as the captures themselves took (the simulator runs in real time): about 5 minutes.
+Exit status 0 when every figure is within --tolerance (default 10 %), 1 otherwise. The summary
+counts the misses that also lie outside the tolerance of every real capture of their workload, and
+ends with the floor: how many figures any simulator misses, because real vLLM's own captures of a
+workload lie too far apart for one value to be within the tolerance of them all. Takes about
+as long as the captures themselves took (the simulator runs in real time): about 40 minutes for all.
 """
 
 from __future__ import annotations

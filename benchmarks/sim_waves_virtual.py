@@ -7,7 +7,8 @@ starved process's lost throughput); this replays the same model with none of tha
 of the model can be judged on a loaded machine. Figures as the load generator computes them
 (percentiles: its numpy-linear rule), medians over --seeds step-noise seeds, beside real vLLM's;
 a miss that also lies outside the tolerance of every real capture of its workload (real vLLM's own
-spread between repeats, as `sim_vs_real_vllm.py` counts it) is marked `*` and counted in the summary.
+spread between repeats, as `sim_vs_real_vllm.py` counts it) is marked `*` and counted in the summary, which
+ends with the floor no simulator can meet on the captures replayed (`sim_vs_real_vllm.floor_line`).
 
     .venv/bin/python benchmarks/sim_waves_virtual.py [--no-async] [--model 1b-tp1] [--only r3-c64,c128] [--seeds 4]
         [--intake-us-per-request 9000] [--intake-gate-us-per-request 1000] [--intake-serial-us-per-request 1000] [--intake-us 1] [--intake-serial-us 0]
