@@ -7,21 +7,16 @@ figures: benchmarks/concurrency_search_cost.py, docs/decision.md#measured.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
+
+from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("concurrency_search_cost", ROOT / "benchmarks" / "concurrency_search_cost.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["concurrency_search_cost"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("concurrency_search_cost")
 
 
 def test_the_example_is_searched_and_the_search_costs_gpu_minutes_of_its_own(capsys):

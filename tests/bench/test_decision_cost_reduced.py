@@ -9,25 +9,16 @@ and its figures: benchmarks/decision_cost.py, docs/performance.md.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_scripts import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = (("8b", "h200", "chat"), ("8b", "l40s", "highconc"), ("70b", "h200", "chat"), ("70b", "l40s", "chat"))
 SEEDS = (1, 2)
 NEAR = ("8b/h200/chat:near-gain", "70b/h200/chat:mislabelled-link")
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("decision_cost", ROOT / "benchmarks" / "decision_cost.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["decision_cost"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("decision_cost")
 
 
 @pytest.fixture(scope="module")

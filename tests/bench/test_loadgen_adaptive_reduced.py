@@ -7,20 +7,11 @@ The full benchmark and its figures: benchmarks/loadgen_adaptive.py, docs/perform
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from benchmark_scripts import load_benchmark
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("loadgen_adaptive", ROOT / "benchmarks" / "loadgen_adaptive.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["loadgen_adaptive"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("loadgen_adaptive")
 
 
 def test_the_adaptive_repeat_stops_early_and_lands_within_its_precision() -> None:

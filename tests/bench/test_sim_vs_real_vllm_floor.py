@@ -3,25 +3,15 @@ one workload lie further apart than the tolerance allows on both sides of one va
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_scripts import load_benchmark
 from hypothesis import given
 from hypothesis import strategies as st
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def svr():
-    spec = importlib.util.spec_from_file_location("sim_vs_real_vllm", ROOT / "benchmarks" / "sim_vs_real_vllm.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sim_vs_real_vllm"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("sim_vs_real_vllm")
 
 
 def _misses(svr, sim: float, values: list[float], tolerance: float) -> int:

@@ -3,26 +3,16 @@ what reaches the clients, and at 256 in flight the shipped costs hold the closed
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_scripts import load_benchmark
 
 from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.output_loop import OutputLoop
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def swv():
-    spec = importlib.util.spec_from_file_location("sim_waves_virtual", ROOT / "benchmarks" / "sim_waves_virtual.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sim_waves_virtual"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("sim_waves_virtual")
 
 
 def _engine(swv, max_num_seqs: int):
