@@ -422,3 +422,46 @@ def test_a_waves_prefill_steps_take_what_has_reached_the_enginecore_and_hand_out
     (at_a, tokens_a, new_a), (at_b, tokens_b, new_b) = steps8[-2:]
     assert (tokens_a, new_a, tokens_b, new_b) == (642, 5, 3207, 25)
     assert at_b - at_a == pytest.approx(42.0, abs=0.5)
+
+
+@pytest.mark.parametrize("run", ["8b-waves", "8b-fp8-waves"])
+def test_run_28s_stamped_waves_have_every_stamp_in_order(run: str) -> None:
+    test_every_stamped_request_has_every_stamp_in_order(run)
+
+
+def test_a_synchronized_waves_first_token_waits_for_the_launches_of_two_steps() -> None:
+    # Run 28 (an H100's host), the 8B fp8's c8 closed loop of 128-token prompts, its first wave (sent within 1.5 ms): the
+    # first prompt is planned alone 9.7 ms after the wave's first send, the other seven reach the EngineCore meanwhile
+    # (by 14.3 ms) but are taken only after that step's launch (a step with a prefill inside the piecewise graphs:
+    # about 12 ms of the engine thread), in one 897-token step above the largest graph planned at 22.7 ms; the first
+    # prompt's token comes out after that step's launch too, 36 ms after its own plan for about 4 ms of GPU work.
+    steps, first, t0 = _wave_prefill_steps("8b-fp8-waves", "c8", 0)
+    assert [(tokens, new) for _, tokens, new in steps] == [(128, 1), (897, 7)]
+    assert [round(at, 1) for at, _, _ in steps] == [9.7, 22.7]
+    rest = [r for r in stages.waves(stages.requests("8b-fp8-waves", "c8"))[0] if r["sched"] > first["sched"]]
+    assert len(rest) == 7
+    assert max((r["core_in"] - t0) * 1e3 for r in rest) < 15.0
+    assert min((r["core_add"] - t0) * 1e3 for r in rest) > 21.0
+    assert (first["update"] - t0) * 1e3 - steps[0][0] == pytest.approx(35.8, abs=0.5)
+    # The 8B's c128 wave (run 28, stamped): the API server takes all 128 handlers first (20-48 ms after the first send,
+    # 0.2 ms apart), renders the first prompt after the last handler and then one every 0.6 ms, so the EngineCore has
+    # the first at 55 ms, the median at 94 and the last at 134 ms, and the wave's first token comes at 129 ms. The
+    # simulator's intake, given the same sends, lets the first through as early (56 ms) but the rest together at the end:
+    # its gate shares 1.3 ms a request among all it holds, so the median leaves at 171 ms and the last at 179.
+    rows = stages.waves(stages.requests("8b-waves", "c128"))[0]
+    t0 = min(r["start"] for r in rows)
+    handlers = sorted((r["http"] - t0) * 1e3 for r in rows)
+    renders = sorted((r["rendered"] - t0) * 1e3 for r in rows)
+    core = sorted((r["core_in"] - t0) * 1e3 for r in rows)
+    assert len(rows) == 128 and renders[0] > handlers[-1]
+    assert 0.5 < (renders[-1] - renders[0]) / 127 < 0.75
+    assert core[0] == pytest.approx(55.1, abs=0.5) and core[-1] == pytest.approx(134.0, abs=0.5)
+    assert min((r["first"] - t0) * 1e3 for r in rows) == pytest.approx(128.8, abs=0.5)
+    intake = stages.model("8b-waves")[1]
+    for i, r in enumerate(sorted(rows, key=lambda r: r["start"])):
+        intake.receive(r["start"] - t0, i, 128 + virtual.BOS)
+    through: list[float] = []
+    while len(through) < len(rows):
+        through += [at * 1e3 for at, _ in intake.reached(intake.next_event() or 0.0)]
+    assert through[0] == pytest.approx(56.5, abs=1.0) and through[-1] == pytest.approx(179.2, abs=1.0)
+    assert stages.median(through) == pytest.approx(171.0, abs=1.0) and stages.median(core) == pytest.approx(94.0, abs=0.5)

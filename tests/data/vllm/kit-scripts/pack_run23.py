@@ -1,4 +1,4 @@
-"""Runs 23's and 24's archives -> tests/data/vllm: each load as ``8b-tp1-loadgen-r23-<load>.json`` (run 24, on an
+"""Runs 23's, 24's and 28's archives -> tests/data/vllm: each load as ``8b-tp1-loadgen-r23-<load>.json`` (run 24, on an
 H100: ``8b-h100-tp1-loadgen-r24-<load>.json``) (the load generator's
 summary, config, repeat rule and repeats, plus ``engineFlags``: the engine's flags that differ from the 8B captures'
 replay flags, benchmarks/sim_vs_real_vllm.py) and ``...-requests.json.gz`` (every request, without its ITL list, to
@@ -6,6 +6,7 @@ keep the tree small enough for the device calls' 64 MiB), and the engine's start
 
     python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r23x tests/data/vllm r23 r23b r23c
     python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r24x tests/data/vllm r24
+    python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r28x tests/data/vllm r28 r28b
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ RUNS = {  # run folder: (its engine's flags, the captures' model prefix)
     "r23b": ("run23b-engine-args.txt", "8b-tp1"),
     "r23c": ("run23c-engine-args.txt", "8b-tp1"),
     "r24": ("run24-engine-args.txt", "8b-h100-tp1"),
+    "r28": ("engine-args-realfit.txt", "8b-tp1"),  # on an H100 (gpu.txt): 8b-h100-tp1
+    "r28b": ("engine-args-8b-fp8.txt", "8b-fp8-tp1"),  # on an H100: 8b-fp8-h100-tp1
 }
 
 
@@ -33,6 +36,9 @@ def main(src: str, dst: str, runs: list[str]) -> None:
     for run in runs:
         folder = Path(src) / run
         engine_file, prefix = RUNS[run]
+        gpu = folder / "gpu.txt"
+        if run.startswith("r28") and gpu.exists() and "H100" in gpu.read_text():
+            prefix = prefix.replace("-tp1", "-h100-tp1")
         flags = engine_flags((folder / engine_file).read_text())
         for saved in sorted(folder.glob("lg-*.json")):
             if saved.name.endswith(".termination.json"):
