@@ -5,7 +5,9 @@
 # token, where a lone request takes ~17 ms. Loads: run28-loads.txt / run28b-loads.txt (make_run28_loads.py: the
 # captures' own load-generator flags, new seeds), stamps off; then stamped closed loops, stamps on.
 # Engines: the captures' own (engine-args-realfit.txt; engine-args-8b-fp8.txt), one after the other.
+# `exp-retakes.sh [RUN_8B RUN_FP8]`: the runs' folder names (run 28: r28 r28b; run 29, the same again: r29 r29b).
 set -u
+RA=${1:-r28} RB=${2:-r28b}
 S=$(cd "$(dirname "$0")" && pwd)
 K=$PWD/.device-kit/scripts
 . /tmp/k/device-setup.sh 2>/dev/null || . $K/device-setup.sh
@@ -13,7 +15,7 @@ export KP_MODEL_NAME=Llama-3.1-8B-Instruct
 export PYTHONPATH=$PWD/operator:$PYTHONPATH
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
-pack() { tar czf $OUT/run28-results.tgz -C /tmp r28 r28b 2>/dev/null; }
+pack() { tar czf $OUT/$RA-results.tgz -C /tmp $RA $RB 2>/dev/null; }
 engine() {  # engine RUN ARGS_FILE LOADS_FILE SEED STAMPED_LOADS...
   RUN=$1 ARGS=$2 LOADS=$3 SEED=$4; shift 4
   R=/tmp/$RUN; mkdir -p $R/st
@@ -44,6 +46,6 @@ engine() {  # engine RUN ARGS_FILE LOADS_FILE SEED STAMPED_LOADS...
   T "$RUN end"; pack
 }
 # stage_client: LABEL STREAM CONCURRENCY NUM WARMUP INPUT_LEN OUTPUT_LEN SEED
-engine r28 engine-args-realfit.txt run28-loads.txt 2820 "c16 1 16 48 16 128 512 2821" "c128 1 128 128 128 128 512 2822"
-engine r28b engine-args-8b-fp8.txt run28b-loads.txt 2870 "c8 1 8 16 8 128 256 2871" "c48 1 48 96 48 128 256 2872"
+engine $RA engine-args-realfit.txt run28-loads.txt 2820 "c16 1 16 48 16 128 512 2821" "c128 1 128 128 128 128 512 2822"
+engine $RB engine-args-8b-fp8.txt run28b-loads.txt 2870 "c8 1 8 16 8 128 256 2871" "c48 1 48 96 48 128 256 2872"
 ls -la $OUT
