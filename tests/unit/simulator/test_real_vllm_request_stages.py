@@ -424,8 +424,8 @@ def test_a_waves_prefill_steps_take_what_has_reached_the_enginecore_and_hand_out
     assert at_b - at_a == pytest.approx(42.0, abs=0.5)
 
 
-@pytest.mark.parametrize("run", ["8b-waves", "8b-fp8-waves"])
-def test_run_28s_stamped_waves_have_every_stamp_in_order(run: str) -> None:
+@pytest.mark.parametrize("run", ["8b-waves", "8b-fp8-waves", "8b-waves-2", "8b-fp8-waves-2"])
+def test_runs_28_and_29s_stamped_waves_have_every_stamp_in_order(run: str) -> None:
     test_every_stamped_request_has_every_stamp_in_order(run)
 
 
