@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 import sim_waves_virtual as virtual
 import vllm_request_stages as stages
 
+from kneepoint.simulator.intake import Intake
+
 # What each stage needs: the non-streaming load has no client-side first token.
 NEEDED = {"start", "http", "rendered", "send", "sent", "core_in", "core_add", "sched", "update", "end"}
 
@@ -457,7 +459,7 @@ def test_a_synchronized_waves_first_token_waits_for_the_launches_of_two_steps() 
     assert 0.5 < (renders[-1] - renders[0]) / 127 < 0.75
     assert core[0] == pytest.approx(55.1, abs=0.5) and core[-1] == pytest.approx(134.0, abs=0.5)
     assert min((r["first"] - t0) * 1e3 for r in rows) == pytest.approx(128.8, abs=0.5)
-    intake = stages.model("8b-waves")[1]
+    intake = Intake.of(stages.model("8b-waves")[0].calibration.serving)  # a fresh one: the cached model's is shared
     for i, r in enumerate(sorted(rows, key=lambda r: r["start"])):
         intake.receive(r["start"] - t0, i, 128 + virtual.BOS)
     through: list[float] = []

@@ -1,4 +1,4 @@
-"""Runs 23's, 24's and 28's archives -> tests/data/vllm: each load as ``8b-tp1-loadgen-r23-<load>.json`` (run 24, on an
+"""Runs 23's, 24's, 28's and 29's archives -> tests/data/vllm: each load as ``8b-tp1-loadgen-r23-<load>.json`` (run 24, on an
 H100: ``8b-h100-tp1-loadgen-r24-<load>.json``) (the load generator's
 summary, config, repeat rule and repeats, plus ``engineFlags``: the engine's flags that differ from the 8B captures'
 replay flags, benchmarks/sim_vs_real_vllm.py) and ``...-requests.json.gz`` (every request, without its ITL list, to
@@ -7,6 +7,7 @@ keep the tree small enough for the device calls' 64 MiB), and the engine's start
     python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r23x tests/data/vllm r23 r23b r23c
     python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r24x tests/data/vllm r24
     python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r28x tests/data/vllm r28 r28b
+    python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r29x tests/data/vllm r29 r29b
 """
 
 from __future__ import annotations
