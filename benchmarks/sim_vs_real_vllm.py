@@ -197,6 +197,14 @@ def workload_key(cap: dict) -> str:
     return f"{cap['model']} {c['api']} c{c['concurrency']} {c['inputLen']}/{c['outputLen']}"
 
 
+def by_workload(caps: dict[str, dict]) -> dict[str, list[dict]]:
+    """The captures grouped by ``workload_key``: real vLLM's takes of one load."""
+    groups: dict[str, list[dict]] = {}
+    for cap in caps.values():
+        groups.setdefault(workload_key(cap), []).append(cap)
+    return groups
+
+
 def holds(sim: float, real: float, tolerance: float) -> bool:
     """Whether a simulated figure is within ``tolerance`` of a real one (|sim / real - 1| <= tolerance)."""
     return (1 - tolerance) * real <= sim <= (1 + tolerance) * real
@@ -216,11 +224,8 @@ def unavoidable_misses(caps: dict[str, dict], tolerance: float) -> dict[str, tup
     """Per engine (the capture's model): (figures, the fewest of them that any simulator misses). The simulator gives
     one workload one value a figure (as a model, whatever its noise seed), so where real vLLM's own captures of a
     workload lie further apart than the tolerance allows on both sides, some of them are missed whatever it gives."""
-    groups: dict[str, list[dict]] = {}
-    for cap in caps.values():
-        groups.setdefault(workload_key(cap), []).append(cap)
     floor: dict[str, tuple[int, int]] = {}
-    for group in groups.values():
+    for group in by_workload(caps).values():
         model = group[0]["model"]
         n, missed = floor.get(model, (0, 0))
         for _, fig in FIGURES:
@@ -245,11 +250,9 @@ def real_spread(caps: dict[str, dict]) -> dict[str, dict[str, tuple[float, float
     """Per workload and figure: (lowest, highest, number of captures) over real vLLM's own captures.
     Real vLLM repeats some figures poorly (the waves at c128 are bistable; tests/data/vllm/README.md,
     run 3): a figure whose own captures differ by more than the tolerance cannot be held to it."""
-    groups: dict[str, list[dict]] = {}
-    for cap in caps.values():
-        groups.setdefault(workload_key(cap), []).append(cap["summary"])
     spread = {}
-    for key, summaries in groups.items():
+    for key, group in by_workload(caps).items():
+        summaries = [cap["summary"] for cap in group]
         spread[key] = {
             fig: (min(float(s[fig]) for s in summaries), max(float(s[fig]) for s in summaries), len(summaries)) for _, fig in FIGURES
         }

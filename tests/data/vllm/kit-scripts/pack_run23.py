@@ -22,8 +22,8 @@ RUNS = {  # run folder: (its engine's flags, the captures' model prefix)
     "r23b": ("run23b-engine-args.txt", "8b-tp1"),
     "r23c": ("run23c-engine-args.txt", "8b-tp1"),
     "r24": ("run24-engine-args.txt", "8b-h100-tp1"),
-    "r28": ("engine-args-realfit.txt", "8b-tp1"),  # on an H100 (gpu.txt): 8b-h100-tp1
-    "r28b": ("engine-args-8b-fp8.txt", "8b-fp8-tp1"),  # on an H100: 8b-fp8-h100-tp1
+    "r28": ("engine-args-realfit.txt", "8b-tp1"),  # on an H100 (its gpu.txt): 8b-h100-tp1, 8b-fp8-h100-tp1
+    "r28b": ("engine-args-8b-fp8.txt", "8b-fp8-tp1"),
     "r29": ("engine-args-realfit.txt", "8b-tp1"),  # run 28's loads again (exp-retakes.sh r29 r29b)
     "r29b": ("engine-args-8b-fp8.txt", "8b-fp8-tp1"),
 }
@@ -40,7 +40,7 @@ def main(src: str, dst: str, runs: list[str]) -> None:
         folder = Path(src) / run
         engine_file, prefix = RUNS[run]
         gpu = folder / "gpu.txt"
-        if run.startswith(("r28", "r29")) and gpu.exists() and "H100" in gpu.read_text():
+        if "-h100-" not in prefix and gpu.exists() and "H100" in gpu.read_text():  # the machine lent was an H100
             prefix = prefix.replace("-tp1", "-h100-tp1")
         flags = engine_flags((folder / engine_file).read_text())
         for saved in sorted(folder.glob("lg-*.json")):
