@@ -46,7 +46,14 @@ class ComputeCalibration:
     on SM90 pick their tile by M ([1, 16], (16, 64], (64, 128], above): run 12 timed them on an
     H200 (``cutlass_scaled_mm``, Llama 8B and 70B shapes, their mean): 1.38x at 24 rows, 1.07x at 64,
     1.40x at 72, 2.32x at 136, 1.90x at 256. Empty: 1 everywhere (bf16's cuBLAS GEMMs stay within
-    16 % of their 1-row time up to 128 rows)."""
+    16 % of their 1-row time up to 128 rows). A GPU type with a table of its own in
+    ``fp8_gemm_row_factors_by_gpu`` uses that one instead; every other GPU type uses this one."""
+    fp8_gemm_row_factors_by_gpu: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
+    """(GPU catalogue name, row factors) for the GPU types whose fp8 GEMMs were timed by rows themselves.
+    The factors are not a property of the kernel alone: a bad tile costs about the same time on an H100
+    as on an H200 (the same SMs at the same clock; run 30: within 4 % at 17 and 129 rows on the 8B's
+    shapes), while 1-16 rows stream the weights from the H100's slower memory, so the same penalty is a
+    smaller share of the H100's time (1.10x at 24 rows against the H200's 1.38x)."""
     fp8_activation_quant_ns_per_hidden: float = 0.0
     """Online fp8's per-step cost of quantizing activations, in ns per decoder layer per unit of the
     model's hidden size. Before each of a layer's four linear layers vLLM quantizes the activation
@@ -61,6 +68,10 @@ class ComputeCalibration:
     vLLM's decode step grows by about 24 us per sequence at 384 tokens of context and 46 us at
     1,150 (runs 2-6, 8B); without this the KV read alone had to carry both. Plain PyTorch forward
     passes (tests/data/h200) have none, so their fit leaves it at 0."""
+
+    def fp8_row_factors_for(self, gpu: str | None) -> tuple[tuple[int, float], ...]:
+        """The fp8 row factors of catalogue GPU ``gpu``: its own table if it has one, else the shared one."""
+        return dict(self.fp8_gemm_row_factors_by_gpu).get(gpu or "", self.fp8_gemm_row_factors)
 
 
 @dataclass(frozen=True)
@@ -172,11 +183,17 @@ def _protocol(row: Mapping[str, Any]) -> CollectiveProtocol:
     )
 
 
-def _row_factors(rows: Any) -> tuple[tuple[int, float], ...]:
+def _row_factors(rows: Any, field: str = "compute.fp8GemmRowFactors") -> tuple[tuple[int, float], ...]:
     table = tuple((int(m), float(f)) for m, f in rows)
     if any(b[0] <= a[0] for a, b in zip(table, table[1:], strict=False)) or any(m < 1 or f <= 0 for m, f in table):
-        raise ValueError(f"compute.fp8GemmRowFactors must be [rows, factor] pairs with rows >= 1 increasing and factors > 0: {rows!r}")
+        raise ValueError(f"{field} must be [rows, factor] pairs with rows >= 1 increasing and factors > 0: {rows!r}")
     return table
+
+
+def _row_factors_by_gpu(tables: Any) -> tuple[tuple[str, tuple[tuple[int, float], ...]], ...]:
+    if not isinstance(tables, Mapping):
+        raise ValueError(f"compute.fp8GemmRowFactorsByGpu must map GPU catalogue names to row-factor tables: {tables!r}")
+    return tuple((str(gpu), _row_factors(rows, f"compute.fp8GemmRowFactorsByGpu.{gpu}")) for gpu, rows in sorted(tables.items()))
 
 
 def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
@@ -201,6 +218,7 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             overhead_us_per_sampled_seq=float(c["overheadUsPerSampledSeq"]),
             fp8_compute_efficiency=None if c.get("fp8ComputeEfficiency") is None else float(c["fp8ComputeEfficiency"]),
             fp8_gemm_row_factors=_row_factors(c.get("fp8GemmRowFactors") or []),
+            fp8_gemm_row_factors_by_gpu=_row_factors_by_gpu(c.get("fp8GemmRowFactorsByGpu") or {}),
             fp8_activation_quant_ns_per_hidden=float(c.get("fp8ActivationQuantNsPerHidden") or 0.0),
         ),
         links=links,
@@ -244,6 +262,7 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "overheadUsPerSampledSeq": c.overhead_us_per_sampled_seq,
             "fp8ComputeEfficiency": c.fp8_compute_efficiency,
             "fp8GemmRowFactors": [[rows, factor] for rows, factor in c.fp8_gemm_row_factors],
+            "fp8GemmRowFactorsByGpu": {gpu: [[rows, factor] for rows, factor in table] for gpu, table in c.fp8_gemm_row_factors_by_gpu},
             "fp8ActivationQuantNsPerHidden": c.fp8_activation_quant_ns_per_hidden,
         },
         "links": {

@@ -272,7 +272,10 @@ def _with_compute(cal: Calibration, vec: Sequence[float]) -> Calibration:
     # fp8's rate and row factors are fitted to real vLLM only (calibration_vllm): the PyTorch data are bf16
     fitted: dict[str, Any] = dict(zip(_COMPUTE_KEYS, vec, strict=True))
     compute = ComputeCalibration(
-        **fitted, fp8_compute_efficiency=cal.compute.fp8_compute_efficiency, fp8_gemm_row_factors=cal.compute.fp8_gemm_row_factors
+        **fitted,
+        fp8_compute_efficiency=cal.compute.fp8_compute_efficiency,
+        fp8_gemm_row_factors=cal.compute.fp8_gemm_row_factors,
+        fp8_gemm_row_factors_by_gpu=cal.compute.fp8_gemm_row_factors_by_gpu,
     )
     return replace(cal, compute=compute)
 

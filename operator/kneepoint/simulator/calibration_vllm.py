@@ -200,7 +200,7 @@ def load_held_out_14b_compositions(data_dir: Path) -> list[StepComposition]:
 
 def qwen14b_h200_tp1(cal: Calibration) -> PerfModel:
     """The perf model of run 18's engine: Qwen2.5-14B's shape, bf16, one H200, as ``kneepoint sim`` sizes it."""
-    return h200_model(cal, "qwen2.5-14b")
+    return engine_model(cal, "qwen2.5-14b")
 
 
 def _kept_repeat(doc: dict[str, Any]) -> dict[str, Any]:
@@ -236,6 +236,20 @@ FP8_DECODE_CONTEXT = 128 + 256 // 2 + 1
 def load_fp8_decode_itl_p50_ms(data_dir: Path) -> dict[int, float]:
     """Run 12b's inter-token latency P50 (ms) on the 8B fp8 by concurrency."""
     return _itl_p50_ms(data_dir, FP8_DECODE_FILES)
+
+
+FP8_H100_DECODE_RUNS = ("r28", "r29")
+"""Runs 28 and 29: run 12b's decode-dominated loads again on the 8B fp8, on an H100 SXM (two takes each)."""
+
+
+def load_fp8_h100_decode_itl_p50_ms(data_dir: Path) -> dict[int, list[float]]:
+    """Runs 28 and 29's inter-token latency P50 (ms) on the 8B fp8 on an H100, by concurrency: each take's."""
+    takes: dict[int, list[float]] = {}
+    for run in FP8_H100_DECODE_RUNS:
+        files = {c: f"8b-fp8-h100-tp1-loadgen-{run}-d-c{c}.json" for c in FP8_DECODE_FILES}
+        for c, itl in _itl_p50_ms(data_dir, {c: f for c, f in files.items() if (data_dir / f).exists()}).items():
+            takes.setdefault(c, []).append(itl)
+    return takes
 
 
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -282,14 +296,21 @@ def load_ttft_c1_ms(data_dir: Path) -> float:
 
 def llama8b_h200_tp1(cal: Calibration, max_num_seqs: int = MAX_NUM_SEQS) -> PerfModel:
     """The perf model of the captures' engine: Llama-3.1-8B, bf16, one H200, as ``kneepoint sim`` sizes it."""
-    return h200_model(cal, "llama-3-8b", max_num_seqs=max_num_seqs)
+    return engine_model(cal, "llama-3-8b", max_num_seqs=max_num_seqs)
 
 
-def h200_model(
-    cal: Calibration, preset: str, tp: int = 1, interconnect: str = "nvlink", max_num_seqs: int = MAX_NUM_SEQS, dtype: str = "bfloat16"
+def engine_model(
+    cal: Calibration,
+    preset: str,
+    tp: int = 1,
+    interconnect: str = "nvlink",
+    max_num_seqs: int = MAX_NUM_SEQS,
+    dtype: str = "bfloat16",
+    gpu_name: str = "h200",
 ) -> PerfModel:
-    """The perf model of ``preset`` in ``dtype`` (bfloat16 or fp8) on ``tp`` H200s, as ``kneepoint sim`` sizes it."""
-    arch, gpu = get_preset(preset), get_gpu_type("h200")
+    """The perf model of ``preset`` in ``dtype`` (bfloat16 or fp8) on ``tp`` GPUs of catalogue type ``gpu_name``
+    (the captures' H200 unless told), as ``kneepoint sim`` sizes it."""
+    arch, gpu = get_preset(preset), get_gpu_type(gpu_name)
     est = estimate_memory(
         arch,
         gpu,
@@ -315,7 +336,7 @@ def h200_model(
 
 def llama70b_fp8_h200_tp1(cal: Calibration) -> PerfModel:
     """Run 10's engine: Llama-3.1-70B with online fp8 on one H200, as ``kneepoint sim`` sizes it."""
-    return h200_model(cal, FP8_PRESET, max_num_seqs=FP8_MAX_NUM_SEQS, dtype="fp8")
+    return engine_model(cal, FP8_PRESET, max_num_seqs=FP8_MAX_NUM_SEQS, dtype="fp8")
 
 
 def _fp8_c1_median_ms(data_dir: Path, figure: str) -> float:
@@ -328,19 +349,25 @@ def load_fp8_ttft_c1_ms(data_dir: Path) -> float:
     return _fp8_c1_median_ms(data_dir, "ttftP50Ms")
 
 
-GEMM_ROW_FILES = ("h200-gemm-by-rows-r12.jsonl", "h200-gemm-by-rows-r12b.jsonl")
-"""Runs 12 and 12b: vLLM's fp8 and bf16 linear kernels timed by rows on an H200 (kit-scripts/gemm_by_rows.py)."""
+GEMM_ROW_FILES = {
+    "h200": ("h200-gemm-by-rows-r12.jsonl", "h200-gemm-by-rows-r12b.jsonl"),
+    "h100-sxm": ("h100-gemm-by-rows-r30.jsonl",),
+}
+"""vLLM's fp8 and bf16 linear kernels timed by rows (kit-scripts/gemm_by_rows.py), by GPU catalogue name:
+runs 12 and 12b on an H200, run 30 on an H100 SXM."""
+GEMM_ROW_SHARED_GPU = "h200"
+"""Whose table is ``compute.fp8GemmRowFactors``, what a GPU type without a table of its own uses (the first measured)."""
 GEMM_ROW_SHAPES = (("70b", 1), ("8b", 1))
 """Whose per-layer times the fp8 row factors average (both runs timed both; run 12's 70B at TP 2 and 4 agree within 8 %)."""
 GEMM_ROW_LIMIT = 256
 """The largest CUDA graph the operator's engines capture (2 x --max-num-seqs 128); above it a step's FLOPs bind."""
 
 
-def load_gemm_rows(data_dir: Path, kind: str = "fp8") -> dict[tuple[str, int], dict[int, float]]:
-    """One decoder layer's linear-layer time (µs, its four GEMMs summed) by (model, TP) and rows; a later run's
-    figure replaces an earlier one's for the same GEMM and rows."""
+def load_gemm_rows(data_dir: Path, kind: str = "fp8", gpu: str = GEMM_ROW_SHARED_GPU) -> dict[tuple[str, int], dict[int, float]]:
+    """One decoder layer's linear-layer time (µs, its four GEMMs summed) on ``gpu`` by (model, TP) and rows; a
+    later run's figure replaces an earlier one's for the same GEMM and rows."""
     per_gemm: dict[tuple[str, int, str, int], float] = {}
-    for name in GEMM_ROW_FILES:
+    for name in GEMM_ROW_FILES[gpu]:
         for line in (data_dir / name).read_text().splitlines():
             row = json.loads(line)
             if row.get("kind") == kind and "us" in row:
@@ -567,8 +594,9 @@ def main(argv: list[str] | None = None) -> int:
         cal = replace(cal, compute=replace(cal.compute, fp8_activation_quant_ns_per_hidden=quant))
         fp8 = fit_fp8_compute_efficiency(load_fp8_compositions(args.data_dir), load_fp8_ttft_c1_ms(args.data_dir), cal)
         cal = replace(cal, compute=replace(cal.compute, fp8_compute_efficiency=fp8))
-        row_factors = fit_fp8_gemm_row_factors(load_gemm_rows(args.data_dir))
-        cal = replace(cal, compute=replace(cal.compute, fp8_gemm_row_factors=row_factors))
+        tables = {gpu: fit_fp8_gemm_row_factors(load_gemm_rows(args.data_dir, gpu=gpu)) for gpu in GEMM_ROW_FILES}
+        own = tuple((gpu, table) for gpu, table in sorted(tables.items()) if gpu != GEMM_ROW_SHARED_GPU)
+        cal = replace(cal, compute=replace(cal.compute, fp8_gemm_row_factors=tables[GEMM_ROW_SHARED_GPU], fp8_gemm_row_factors_by_gpu=own))
         target = Path(str(resources.files("kneepoint.data").joinpath(CALIBRATION_FILE)))
         doc = json.loads(target.read_text())
         c = cal.compute
@@ -586,7 +614,9 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
         )
-        doc["compute"]["fp8GemmRowFactors"] = [[m, f] for m, f in c.fp8_gemm_row_factors]
+        written = calibration_to_json(cal)["compute"]
+        doc["compute"]["fp8GemmRowFactors"] = written["fp8GemmRowFactors"]
+        doc["compute"]["fp8GemmRowFactorsByGpu"] = written["fp8GemmRowFactorsByGpu"]
         doc["serving"] = _rounded(calibration_to_json(cal)["serving"])  # every serving constant, as the loader reads it
         target.write_text(json.dumps(doc, indent=2) + "\n")
         cal = calibration_from_json(doc)
@@ -603,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"decode step + host at {conc:>3} seqs, {DECODE_ONLY_CONTEXT} tokens of context: real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%})"
         )
-    small = h200_model(cal, "llama-3.2-1b")
+    small = engine_model(cal, "llama-3.2-1b")
     tpots = load_1b_c1_tpots_ms(args.data_dir)
     floor_c1 = small.cpu_floor_seconds(decode_work(1, DECODE_ONLY_CONTEXT)) * 1e3
     near = sum(abs(t / floor_c1 - 1) <= 0.10 for t in tpots)
@@ -617,15 +647,28 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"1B decode step at {conc:>3} seqs: run 6 (the host at its fastest) ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%}; GPU {gpu:.2f} ms)"
         )
-    print(
-        "fp8 GEMM time by rows over 1-16 rows (compute.fp8GemmRowFactors): "
-        + ", ".join(f"{m}: {f:.2f}" for m, f in cal.compute.fp8_gemm_row_factors)
-    )
-    eight_fp8 = h200_model(cal, "llama-3-8b", dtype="fp8")
+    for gpu_name in GEMM_ROW_FILES:
+        print(
+            f"fp8 GEMM time by rows over 1-16 rows on {gpu_name} (compute.fp8GemmRowFactors"
+            + ("" if gpu_name == GEMM_ROW_SHARED_GPU else f"ByGpu.{gpu_name}")
+            + "): "
+            + ", ".join(f"{m}: {f:.2f}" for m, f in cal.compute.fp8_row_factors_for(gpu_name))
+        )
+    eight_fp8 = engine_model(cal, "llama-3-8b", dtype="fp8")
     for conc, itl in sorted(load_fp8_decode_itl_p50_ms(args.data_dir).items()):
         st = eight_fp8.step_time(decode_work(conc, FP8_DECODE_CONTEXT)).seconds * 1e3
         print(
             f"8B fp8 decode step + host at {conc:>3} seqs (held out): real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%})"
+        )
+    eight_fp8_h100 = engine_model(cal, "llama-3-8b", dtype="fp8", gpu_name="h100-sxm")
+    for conc, takes in sorted(load_fp8_h100_decode_itl_p50_ms(args.data_dir).items()):
+        st = eight_fp8_h100.step_time(decode_work(conc, FP8_DECODE_CONTEXT)).seconds * 1e3
+        print(
+            f"8B fp8 decode step + host at {conc:>3} seqs on an H100 (held out): real ITL P50 "
+            + " / ".join(f"{itl:.2f}" for itl in takes)
+            + f" ms (runs {' / '.join(FP8_H100_DECODE_RUNS)}), simulated {st:.2f} ms ("
+            + " / ".join(f"{st / itl - 1:+.1%}" for itl in takes)
+            + ")"
         )
     errors = [scaling_error(pair, cal) for pair in tp_scaling_pairs(load_points(args.h200_dir))]
     print(

@@ -89,6 +89,8 @@ class Hardware:
     links are rated (400 = 400 Gb/s RDMA; node label kneepoint.io/inter-node-gbps). None: same node."""
     fp8_compute: bool = False
     """``peak_tflops`` is the fp8 rate (fp8 weights on a GPU with fp8 tensor cores)."""
+    gpu: str | None = None
+    """The GPU catalogue's name for this type (picks its own measured tables where the calibration has them)."""
 
     @classmethod
     def from_gpu(cls, gpu: GpuType, interconnect: str, *, fp8_compute: bool = False, inter_node_gbps: float | None = None) -> Hardware:
@@ -104,6 +106,7 @@ class Hardware:
             link_gbps=link,
             inter_node_gbps=inter_node_gbps,
             fp8_compute=fp8_compute and gpu.fp8_tflops > 0,
+            gpu=gpu.name,
         )
 
 
@@ -270,7 +273,7 @@ class PerfModel:
         # vLLM's fp8 linear layers (dense models on fp8 tensor cores) change kernel with the step's rows;
         # routed experts run other kernels and the lm_head stays bf16, so only the dense linear bytes scale.
         dense_fp8 = hardware.fp8_compute and not shape.num_experts
-        self._fp8_rows = c.fp8_gemm_row_factors if dense_fp8 else ()
+        self._fp8_rows = c.fp8_row_factors_for(hardware.gpu) if dense_fp8 else ()
         self._fp8_linear_bytes = min(shape.active_params_per_token_per_layer * self._stage_layers / tp, deployment.weight_bytes_per_gpu)
         # Online fp8 quantizes each linear layer's input rows every step (latency-bound at decode sizes).
         # Not divided by TP: no fp8 capture above TP1 exists, and latency-bound kernels do not shrink with their rows.

@@ -18,6 +18,7 @@ Which graph-replay points exist (every call of every file is checked, not only c
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -105,3 +106,25 @@ def test_allreduce_sweep_within_30_percent() -> None:
 def test_shipped_file_round_trips_and_eager_constants_match_the_data() -> None:
     assert calibration_from_json(calibration_to_json(CAL)) == CAL
     assert eager_constants(DATA) == CAL.eager
+
+
+@pytest.mark.parametrize(
+    ("tables", "field"),
+    [
+        ([[16, 1.0]], "compute.fp8GemmRowFactorsByGpu"),
+        ({"h100-sxm": [[24, 1.1], [16, 1.0]]}, "compute.fp8GemmRowFactorsByGpu.h100-sxm"),
+        ({"h100-sxm": [[16, 0.0]]}, "compute.fp8GemmRowFactorsByGpu.h100-sxm"),
+    ],
+)
+def test_a_bad_per_gpu_row_factor_table_is_refused_by_its_field(tables: object, field: str) -> None:
+    doc = calibration_to_json(CAL)
+    doc["compute"]["fp8GemmRowFactorsByGpu"] = tables
+    with pytest.raises(ValueError, match=re.escape(field)):
+        calibration_from_json(doc)
+
+
+def test_a_calibration_without_per_gpu_row_factors_gives_every_gpu_the_shared_table() -> None:
+    doc = calibration_to_json(CAL)
+    del doc["compute"]["fp8GemmRowFactorsByGpu"]
+    shared = calibration_from_json(doc).compute
+    assert shared.fp8_row_factors_for("h100-sxm") == shared.fp8_row_factors_for("h200") == CAL.compute.fp8_gemm_row_factors
