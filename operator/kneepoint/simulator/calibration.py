@@ -53,7 +53,7 @@ class ComputeCalibration:
     The factors are not a property of the kernel alone: a bad tile costs about the same time on an H100
     as on an H200 (the same SMs at the same clock; run 30: within 4 % at 17 and 129 rows on the 8B's
     shapes), while 1-16 rows stream the weights from the H100's slower memory, so the same penalty is a
-    smaller share of the H100's time (1.10x at 24 rows against the H200's 1.38x)."""
+    smaller share of the H100's time (1.09x at 24 rows against the H200's 1.38x)."""
     fp8_activation_quant_ns_per_hidden: float = 0.0
     """Online fp8's per-step cost of quantizing activations, in ns per decoder layer per unit of the
     model's hidden size. Before each of a layer's four linear layers vLLM quantizes the activation
