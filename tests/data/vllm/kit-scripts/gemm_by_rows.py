@@ -29,6 +29,7 @@ SHAPES = {
     # name: (hidden, intermediate, q heads, kv heads, head dim)
     "8b": (4096, 14336, 32, 8, 128),
     "70b": (8192, 28672, 64, 8, 128),
+    "14b": (5120, 13824, 40, 8, 128),  # Qwen2.5-14B (run 31)
 }
 ROWS = [1, 8, 16, 17, 32, 48, 64, 65, 96, 128, 129, 256, 512, 1024, 2048, 4096, 8192]
 # Run 12b: KP_ROWS="8,16,24,..." KP_SHAPES="70b:1,8b:1" (the batch sizes vLLM's CUDA graphs pad a step to).
