@@ -66,11 +66,17 @@ MODELS: dict[str, tuple[str, dict, int]] = {
         {"uri": "hf://Qwen/Qwen2.5-14B-Instruct", "architecture": {"preset": "qwen2.5-14b"}},
         CAPTURE_MAX_NUM_SEQS,
     ),
+    "14b-fp8-h100-tp1": (
+        "experiment.yaml",
+        {"uri": "hf://Qwen/Qwen2.5-14B-Instruct", "architecture": {"preset": "qwen2.5-14b"}, "dtype": "fp8"},
+        CAPTURE_MAX_NUM_SEQS,
+    ),
 }
 """Real vLLM captures by model (tests/data/vllm/README.md: runs 1-4 the 8B, run 5 the 1B and 70B fp8 shapes,
 run 12 the 8B with online fp8, run 18 Qwen2.5-14B's shape, an architecture none of the fits saw, run 24 the 8B on an
-H100, a GPU none of the fits saw, run 28 the 8B and the 8B fp8 on an H100 with run 6, 9 and 12's short prompts)."""
-GPUS = {"8b-h100-tp1": "h100-sxm", "8b-fp8-h100-tp1": "h100-sxm"}
+H100, a GPU none of the fits saw, run 28 the 8B and the 8B fp8 on an H100 with run 6, 9 and 12's short prompts, run 31
+the 14B's shape with online fp8 on an H100: a model, dtype and GPU together that no fit saw)."""
+GPUS = {"8b-h100-tp1": "h100-sxm", "8b-fp8-h100-tp1": "h100-sxm", "14b-fp8-h100-tp1": "h100-sxm"}
 """The simulator's GPU (``kneepoint sim --gpu``) for captures taken on another GPU than the H200."""
 
 

@@ -238,15 +238,20 @@ def load_fp8_decode_itl_p50_ms(data_dir: Path) -> dict[int, float]:
     return _itl_p50_ms(data_dir, FP8_DECODE_FILES)
 
 
-FP8_H100_DECODE_RUNS = ("r28", "r29")
-"""Runs 28 and 29: run 12b's decode-dominated loads again on the 8B fp8, on an H100 SXM (two takes each)."""
+FP8_H100_DECODE_RUNS = {
+    "llama-3-8b": ("8b-fp8-h100-tp1", ("r28", "r29")),
+    "qwen2.5-14b": ("14b-fp8-h100-tp1", ("r31",)),
+}
+"""Run 12b's decode-dominated loads on an H100 SXM with online fp8, by architecture preset: (capture prefix, runs).
+Runs 28 and 29 took them twice on the 8B; run 31 once on Qwen2.5-14B's shape (held out: model and GPU)."""
 
 
-def load_fp8_h100_decode_itl_p50_ms(data_dir: Path) -> dict[int, list[float]]:
-    """Runs 28 and 29's inter-token latency P50 (ms) on the 8B fp8 on an H100, by concurrency: each take's."""
+def load_fp8_h100_decode_itl_p50_ms(data_dir: Path, preset: str = "llama-3-8b") -> dict[int, list[float]]:
+    """The inter-token latency P50 (ms) of :data:`FP8_H100_DECODE_RUNS`' loads of ``preset``, by concurrency: each take's."""
+    prefix, runs = FP8_H100_DECODE_RUNS[preset]
     takes: dict[int, list[float]] = {}
-    for run in FP8_H100_DECODE_RUNS:
-        files = {c: f"8b-fp8-h100-tp1-loadgen-{run}-d-c{c}.json" for c in FP8_DECODE_FILES}
+    for run in runs:
+        files = {c: f"{prefix}-loadgen-{run}-d-c{c}.json" for c in FP8_DECODE_FILES}
         for c, itl in _itl_p50_ms(data_dir, files).items():
             takes.setdefault(c, []).append(itl)
     return takes
@@ -351,10 +356,10 @@ def load_fp8_ttft_c1_ms(data_dir: Path) -> float:
 
 GEMM_ROW_FILES = {
     "h200": ("h200-gemm-by-rows-r12.jsonl", "h200-gemm-by-rows-r12b.jsonl"),
-    "h100-sxm": ("h100-gemm-by-rows-r30.jsonl",),
+    "h100-sxm": ("h100-gemm-by-rows-r30.jsonl", "h100-gemm-by-rows-r31.jsonl"),
 }
 """vLLM's fp8 and bf16 linear kernels timed by rows (kit-scripts/gemm_by_rows.py), by GPU catalogue name:
-runs 12 and 12b on an H200, run 30 on an H100 SXM."""
+runs 12 and 12b on an H200, runs 30 (the 8B's and 70B's shapes) and 31 (Qwen2.5-14B's, held out) on an H100 SXM."""
 GEMM_ROW_SHARED_GPU = "h200"
 """Whose table is ``compute.fp8GemmRowFactors``, what a GPU type without a table of its own uses (the first measured)."""
 GEMM_ROW_SHAPES = (("70b", 1), ("8b", 1))
@@ -660,16 +665,17 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"8B fp8 decode step + host at {conc:>3} seqs (held out): real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%})"
         )
-    eight_fp8_h100 = engine_model(cal, "llama-3-8b", dtype="fp8", gpu_name="h100-sxm")
-    for conc, takes in sorted(load_fp8_h100_decode_itl_p50_ms(args.data_dir).items()):
-        st = eight_fp8_h100.step_time(decode_work(conc, FP8_DECODE_CONTEXT)).seconds * 1e3
-        print(
-            f"8B fp8 decode step + host at {conc:>3} seqs on an H100 (held out): real ITL P50 "
-            + " / ".join(f"{itl:.2f}" for itl in takes)
-            + f" ms (runs {' / '.join(FP8_H100_DECODE_RUNS)}), simulated {st:.2f} ms ("
-            + " / ".join(f"{st / itl - 1:+.1%}" for itl in takes)
-            + ")"
-        )
+    for preset, (prefix, runs) in FP8_H100_DECODE_RUNS.items():
+        on_h100 = engine_model(cal, preset, dtype="fp8", gpu_name="h100-sxm")
+        for conc, takes in sorted(load_fp8_h100_decode_itl_p50_ms(args.data_dir, preset).items()):
+            st = on_h100.step_time(decode_work(conc, FP8_DECODE_CONTEXT)).seconds * 1e3
+            print(
+                f"{prefix} decode step + host at {conc:>3} seqs (held out): real ITL P50 "
+                + " / ".join(f"{itl:.2f}" for itl in takes)
+                + f" ms (runs {' / '.join(runs)}), simulated {st:.2f} ms ("
+                + " / ".join(f"{st / itl - 1:+.1%}" for itl in takes)
+                + ")"
+            )
     errors = [scaling_error(pair, cal) for pair in tp_scaling_pairs(load_points(args.h200_dir))]
     print(
         f"TP scaling vs the PyTorch data ({len(errors)} TP>1 points over their TP1 point): mean |error| "

@@ -352,6 +352,31 @@ def test_the_8b_fp8_decode_step_on_an_h100_is_within_7_5_percent_of_runs_28_and_
     assert sorted(set(long)) == [24, 32]
 
 
+# Run 31: Qwen2.5-14B's shape with online fp8 on an H100, a model, dtype and GPU together that no fit saw.
+def test_a_third_shape_follows_the_h100_row_factors_fitted_on_two_others() -> None:
+    fourteen = load_gemm_rows(DATA, gpu="h100-sxm")[("14b", 1)]
+    base = statistics.mean(us for m, us in fourteen.items() if m <= 16)
+    for m, factor in CAL.compute.fp8_row_factors_for("h100-sxm"):
+        assert fourteen[m] / base == pytest.approx(factor, rel=0.05), m
+    # and not the H200's (1.38x at 24 rows)
+    assert fourteen[24] / base < 1.15 and dict(CAL.compute.fp8_gemm_row_factors)[24] > 1.3
+
+
+def test_the_14b_fp8_decode_step_on_an_h100_is_within_5_percent_of_run_31() -> None:
+    own = engine_model(CAL, "qwen2.5-14b", dtype="fp8", gpu_name="h100-sxm")
+    shared = replace(CAL, compute=replace(CAL.compute, fp8_gemm_row_factors_by_gpu=()))
+    h200s = engine_model(shared, "qwen2.5-14b", dtype="fp8", gpu_name="h100-sxm")
+    takes = load_fp8_h100_decode_itl_p50_ms(DATA, "qwen2.5-14b")
+    assert sorted(takes) == sorted(FP8_DECODE_FILES)
+    long = []
+    for conc, (real,) in takes.items():
+        work = decode_work(conc, FP8_DECODE_CONTEXT)
+        assert own.step_time(work).seconds * 1e3 == pytest.approx(real, rel=0.05), conc
+        if h200s.step_time(work).seconds * 1e3 > 1.10 * real:
+            long.append(conc)
+    assert sorted(long) == [24, 32]
+
+
 def test_the_shipped_fp8_activation_quant_is_the_fit_and_moves_dense_fp8_engines_only() -> None:
     tpot = load_fp8_tpot_c1_ms(DATA)
     assert 20.5 < tpot < 20.7  # runs 5, 6 and 10: 20.79, 20.57, 20.58 ms
