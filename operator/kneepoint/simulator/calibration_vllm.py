@@ -356,10 +356,10 @@ def load_fp8_ttft_c1_ms(data_dir: Path) -> float:
 
 GEMM_ROW_FILES = {
     "h200": ("h200-gemm-by-rows-r12.jsonl", "h200-gemm-by-rows-r12b.jsonl"),
-    "h100-sxm": ("h100-gemm-by-rows-r30.jsonl", "h100-gemm-by-rows-r31.jsonl"),
+    "h100-sxm": ("h100-gemm-by-rows-r30.jsonl", "h100-gemm-by-rows-r31.jsonl", "h100-gemm-by-rows-r32.jsonl"),
 }
 """vLLM's fp8 and bf16 linear kernels timed by rows (kit-scripts/gemm_by_rows.py), by GPU catalogue name:
-runs 12 and 12b on an H200, runs 30 (the 8B's and 70B's shapes) and 31 (Qwen2.5-14B's, held out) on an H100 SXM."""
+runs 12 and 12b on an H200, runs 30 (the 8B's and 70B's shapes) and 31-32 (Qwen2.5-14B's, held out) on an H100 SXM."""
 GEMM_ROW_SHARED_GPU = "h200"
 """Whose table is ``compute.fp8GemmRowFactors``, what a GPU type without a table of its own uses (the first measured)."""
 GEMM_ROW_SHAPES = (("70b", 1), ("8b", 1))
