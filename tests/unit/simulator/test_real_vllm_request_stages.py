@@ -13,7 +13,6 @@ graphs costs about 10 ms, where the model has the decode step's floor.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 import sim_waves_virtual as virtual
 import vllm_request_stages as stages
 
+from kneepoint.simulator.calibration_vllm import load_gemm_rows
 from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.perf_model import prefill_work
 
@@ -480,15 +480,8 @@ def test_the_14b_fp8s_lone_prefill_takes_longer_than_its_kernels_on_real_vllm_an
     engine = stages.median(stages.span_ms(rows, "sched", "update"))
     assert engine == pytest.approx(32.7, abs=0.3)
     assert stages.median(stages.span_ms(rows, *stages.INTAKE)) == pytest.approx(5.9, abs=0.3)
-    gemm_ms = (
-        sum(
-            row["us"]
-            for row in map(json.loads, (stages.DATA / "h100-gemm-by-rows-r32.jsonl").read_text().splitlines())
-            if row.get("kind") == "fp8" and row.get("m") == 1024
-        )
-        * 48
-        / 1e3
-    )
+    assert stages.model_lone_intake_ms("14b-fp8", 1024) == pytest.approx(10.1, abs=0.1)
+    gemm_ms = load_gemm_rows(stages.DATA, gpu="h100-sxm")[("14b", 1)][1024] * 48 / 1e3
     assert gemm_ms == pytest.approx(23.3, abs=0.1)
     model, _ = stages.model("14b-fp8")
     step_ms = model.gpu_step_time(prefill_work(1024)).seconds * 1e3
