@@ -619,10 +619,10 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
         )
-        written = calibration_to_json(cal)["compute"]
-        doc["compute"]["fp8GemmRowFactors"] = written["fp8GemmRowFactors"]
-        doc["compute"]["fp8GemmRowFactorsByGpu"] = written["fp8GemmRowFactorsByGpu"]
-        doc["serving"] = _rounded(calibration_to_json(cal)["serving"])  # every serving constant, as the loader reads it
+        written = calibration_to_json(cal)
+        doc["compute"]["fp8GemmRowFactors"] = written["compute"]["fp8GemmRowFactors"]
+        doc["compute"]["fp8GemmRowFactorsByGpu"] = written["compute"]["fp8GemmRowFactorsByGpu"]
+        doc["serving"] = _rounded(written["serving"])  # every serving constant, as the loader reads it
         target.write_text(json.dumps(doc, indent=2) + "\n")
         cal = calibration_from_json(doc)
     rows = comparison_rows(comps, cal)
