@@ -35,10 +35,12 @@ class ComputeCalibration:
     overhead_us_per_step: float
     """Fixed cost per forward pass (embedding, final norm, sampling kernels)."""
     fp8_compute_efficiency: float | None = None
-    """Fraction of the GPU's fp8 datasheet FLOP/s that vLLM's fp8 GEMMs reach (online ``--quantization
-    fp8``: fp8 weights, activations quantized per step); None: ``compute_efficiency``, as for bf16.
-    Real vLLM 0.24's 70B fp8 prefill steps on one H200 (run 10's trace) run at about 1.8x its bf16
-    rate, not the datasheet's 2x."""
+    """Fraction of the GPU's fp8 datasheet FLOP/s that vLLM's fp8 linear layers reach (online ``--quantization
+    fp8``: fp8 weights, activations quantized per step); None: ``compute_efficiency``, as for bf16. It times the
+    linear layers' FLOPs only: attention and the lm_head run at the bf16 rate, and the kernels around the GEMMs
+    by ``fp8_elementwise_bytes_per_token_width`` (bf16's ``compute_efficiency`` carries all of these together).
+    Fitted with that figure to the 70B fp8's steps on one H200 (run 10's trace, runs 5, 6 and 10's c1 TTFT) and
+    run 34's lone 8B fp8 prefills on an H100."""
     fp8_gemm_row_factors: tuple[tuple[int, float], ...] = ()
     """vLLM's fp8 linear layers' time at M rows (a step's tokens, padded to its CUDA graph's size)
     over their time at 1-16 rows, as (M, factor) in increasing M; between two rows it is
@@ -62,6 +64,14 @@ class ComputeCalibration:
     the 8B bf16's norm and SiLU kernels take 8. The rows are 1x to 3.5x the hidden size wide and a
     decode step's few rows leave the reductions latency-bound, so the cost grows with the width and
     barely with the rows. Fitted to the 70B fp8's c1 TPOT (runs 5, 6 and 10); 0: none (bf16)."""
+    fp8_elementwise_bytes_per_token_width: float = 0.0
+    """What an fp8 engine's step spends outside its GEMMs and attention, which fp8 does not make faster, as bytes
+    per token per decoder layer per unit of the layer's summed linear widths (its linear parameters over its
+    hidden size: 53,248 on Llama-3.1-8B) moved at the weight-streaming bandwidth. Run 34's 8B prefill of 3,072
+    tokens on an H100, profiled: fp8's GEMMs 32.5 ms against bf16's 54.8, its other kernels (norms, SiLU, the
+    activations' fp8 quantization, fused by torch.compile) 7.8 against 6.3, attention 4.6 against 4.9, and about
+    5 ms of gaps in each step. Fitted end to end (``calibration_vllm.fit_fp8_elementwise``), so it carries the
+    gaps with the kernels: 16 ms of that step where the kernels take 7.8. 0: none (and bf16 engines never)."""
     overhead_us_per_sampled_seq: float = 0.0
     """Fixed cost per sequence sampled in a step, whatever the model's depth and the sequence's
     context (vLLM's logits and sampler over the vocabulary, per-sequence step bookkeeping). Real
@@ -183,6 +193,14 @@ def _protocol(row: Mapping[str, Any]) -> CollectiveProtocol:
     )
 
 
+def _at_least_zero(value: Any, field: str) -> float:
+    """An optional constant that may be absent (0) but never negative."""
+    number = float(value or 0.0)
+    if not number >= 0.0:
+        raise ValueError(f"{field} must be a number >= 0 (0 or absent: none): {value!r}")
+    return number
+
+
 def _row_factors(rows: Any, field: str = "compute.fp8GemmRowFactors") -> tuple[tuple[int, float], ...]:
     table = tuple((int(m), float(f)) for m, f in rows)
     if any(b[0] <= a[0] for a, b in zip(table, table[1:], strict=False)) or any(m < 1 or f <= 0 for m, f in table):
@@ -220,6 +238,9 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             fp8_gemm_row_factors=_row_factors(c.get("fp8GemmRowFactors") or []),
             fp8_gemm_row_factors_by_gpu=_row_factors_by_gpu(c.get("fp8GemmRowFactorsByGpu") or {}),
             fp8_activation_quant_ns_per_hidden=float(c.get("fp8ActivationQuantNsPerHidden") or 0.0),
+            fp8_elementwise_bytes_per_token_width=_at_least_zero(
+                c.get("fp8ElementwiseBytesPerTokenWidth"), "compute.fp8ElementwiseBytesPerTokenWidth"
+            ),
         ),
         links=links,
         eager=EagerCalibration(
@@ -264,6 +285,7 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "fp8GemmRowFactors": [[rows, factor] for rows, factor in c.fp8_gemm_row_factors],
             "fp8GemmRowFactorsByGpu": {gpu: [[rows, factor] for rows, factor in table] for gpu, table in c.fp8_gemm_row_factors_by_gpu},
             "fp8ActivationQuantNsPerHidden": c.fp8_activation_quant_ns_per_hidden,
+            "fp8ElementwiseBytesPerTokenWidth": c.fp8_elementwise_bytes_per_token_width,
         },
         "links": {
             name: {

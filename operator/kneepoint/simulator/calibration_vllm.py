@@ -354,6 +354,80 @@ def load_fp8_ttft_c1_ms(data_dir: Path) -> float:
     return _fp8_c1_median_ms(data_dir, "ttftP50Ms")
 
 
+LONE_PREFILL_RUNS = {
+    "8b-fp8-h100": ("8b-fp8-h100-tp1-r34-stages.json.gz", "llama-3-8b", "fp8", "h100-sxm"),
+    "8b-h100": ("8b-h100-tp1-r34b-stages.json.gz", "llama-3-8b", "bfloat16", "h100-sxm"),
+    "1b-h100": ("1b-h100-tp1-r34c-stages.json.gz", "llama-3.2-1b", "bfloat16", "h100-sxm"),
+}
+"""Run 34's stamped lone prompts of 256 to 3,968 tokens on one H100 (kit-scripts/exp-lone-lengths.sh): archive,
+architecture preset, dtype and GPU catalogue name of each engine."""
+FP8_LONE_PREFILL_FIT_TOKENS = (1536, 2048, 3072, 3968)
+"""The 8B fp8's lone prompts whose step the GPU bounds: below them the engine thread's launch of a step above the
+CUDA graphs (about 17 ms on run 34's host) outlasts the GPU's work."""
+
+
+def load_lone_prefill_ms(data_dir: Path, run: str) -> dict[int, tuple[int, float]]:
+    """{prompt tokens: (the step's scheduled tokens, median ms from its plan to the prompt's first token)} of one of
+    :data:`LONE_PREFILL_RUNS`: for each lone request of load ``p<N>``, from the ``Scheduler.schedule`` stamp that took
+    it to the first ``update_from_output`` stamp that gave a first token, both inside the request's own send and end."""
+    with gzip.open(data_dir / LONE_PREFILL_RUNS[run][0], "rt") as f:
+        doc = json.load(f)
+    scheds = [(s[2], int(s[4])) for s in doc["stamps"] if s[1] == "sched" and s[6]]
+    updates = [s[2] for s in doc["stamps"] if s[1] == "update" and s[4]]
+    out: dict[int, tuple[int, float]] = {}
+    for label, client in doc["clients"].items():
+        if not re.fullmatch(r"p\d+", label):
+            continue
+        spans, tokens = [], 0
+        for r in client["requests"]:
+            planned = next((x for x in scheds if r["start"] <= x[0] <= r["end"]), None)
+            if planned is None:
+                continue
+            first = next((u for u in updates if planned[0] < u <= r["end"]), None)
+            if first is not None:
+                spans.append((first - planned[0]) * 1e3)
+                tokens = planned[1]
+        if spans:
+            out[int(label[1:])] = (tokens, statistics.median(spans))
+    return out
+
+
+def lone_prefill_model(cal: Calibration, run: str) -> PerfModel:
+    """The perf model of one of :data:`LONE_PREFILL_RUNS`' engines."""
+    _archive, preset, dtype, gpu = LONE_PREFILL_RUNS[run]
+    return engine_model(cal, preset, dtype=dtype, gpu_name=gpu)
+
+
+def fit_fp8_elementwise(
+    lone: dict[int, tuple[int, float]], compositions: list[StepComposition], ttft_c1_ms: float, cal: Calibration
+) -> tuple[float, float]:
+    """(``compute.fp8ElementwiseBytesPerTokenWidth``, ``compute.fp8ComputeEfficiency``) together: a golden-section
+    search on the first over 0-40 bytes, the second refitted to the 70B fp8 (:func:`fit_fp8_compute_efficiency`) at
+    each, on the log error of the 8B fp8's step against run 34's lone prefills that the GPU bounds
+    (:data:`FP8_LONE_PREFILL_FIT_TOKENS`, an H100). The 70B alone cannot tell the two apart: its GEMMs are 4x the
+    8B's FLOPs per token for 2x its elementwise bytes."""
+
+    def both(ew: float) -> tuple[float, Calibration]:
+        trial = replace(cal, compute=replace(cal.compute, fp8_elementwise_bytes_per_token_width=ew))
+        eff = fit_fp8_compute_efficiency(compositions, ttft_c1_ms, trial)
+        return eff, replace(trial, compute=replace(trial.compute, fp8_compute_efficiency=eff))
+
+    def loss(ew: float) -> float:
+        model = lone_prefill_model(both(ew)[1], "8b-fp8-h100")
+        return sum(math.log(model.step_time(prefill_work(lone[n][0])).seconds * 1e3 / lone[n][1]) ** 2 for n in FP8_LONE_PREFILL_FIT_TOKENS)
+
+    lo, hi = 0.0, 40.0
+    golden = (math.sqrt(5.0) - 1.0) / 2.0
+    for _ in range(40):
+        a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+        if loss(a) < loss(b):
+            hi = b
+        else:
+            lo = a
+    ew = (lo + hi) / 2.0
+    return ew, both(ew)[0]
+
+
 GEMM_ROW_FILES = {
     "h200": ("h200-gemm-by-rows-r12.jsonl", "h200-gemm-by-rows-r12b.jsonl"),
     "h100-sxm": ("h100-gemm-by-rows-r30.jsonl", "h100-gemm-by-rows-r31.jsonl", "h100-gemm-by-rows-r32.jsonl"),
@@ -597,8 +671,9 @@ def main(argv: list[str] | None = None) -> int:
         cal = replace(cal, serving=replace(cal.serving, cpu_floor_us_per_step=floor_step, cpu_floor_us_per_seq=floor_seq))
         quant = fit_fp8_activation_quant(load_fp8_tpot_c1_ms(args.data_dir), cal)
         cal = replace(cal, compute=replace(cal.compute, fp8_activation_quant_ns_per_hidden=quant))
-        fp8 = fit_fp8_compute_efficiency(load_fp8_compositions(args.data_dir), load_fp8_ttft_c1_ms(args.data_dir), cal)
-        cal = replace(cal, compute=replace(cal.compute, fp8_compute_efficiency=fp8))
+        lone = load_lone_prefill_ms(args.data_dir, "8b-fp8-h100")
+        ew, fp8 = fit_fp8_elementwise(lone, load_fp8_compositions(args.data_dir), load_fp8_ttft_c1_ms(args.data_dir), cal)
+        cal = replace(cal, compute=replace(cal.compute, fp8_compute_efficiency=fp8, fp8_elementwise_bytes_per_token_width=ew))
         tables = {gpu: fit_fp8_gemm_row_factors(load_gemm_rows(args.data_dir, gpu=gpu)) for gpu in GEMM_ROW_FILES}
         own = tuple((gpu, table) for gpu, table in sorted(tables.items()) if gpu != GEMM_ROW_SHARED_GPU)
         cal = replace(cal, compute=replace(cal.compute, fp8_gemm_row_factors=tables[GEMM_ROW_SHARED_GPU], fp8_gemm_row_factors_by_gpu=own))
@@ -616,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
                     "overheadUsPerSampledSeq": c.overhead_us_per_sampled_seq,
                     "fp8ComputeEfficiency": c.fp8_compute_efficiency,
                     "fp8ActivationQuantNsPerHidden": c.fp8_activation_quant_ns_per_hidden,
+                    "fp8ElementwiseBytesPerTokenWidth": c.fp8_elementwise_bytes_per_token_width,
                 }
             )
         )
@@ -676,6 +752,16 @@ def main(argv: list[str] | None = None) -> int:
                 + " / ".join(f"{st / itl - 1:+.1%}" for itl in takes)
                 + ")"
             )
+    for run in LONE_PREFILL_RUNS:
+        lone_model = lone_prefill_model(cal, run)
+        print(
+            f"{run} lone prompt, its step's plan to its first token (run 34): "
+            + ", ".join(
+                f"{n}: {ms:.1f} / {lone_model.step_time(prefill_work(tokens)).seconds * 1e3:.1f} ms"
+                for n, (tokens, ms) in sorted(load_lone_prefill_ms(args.data_dir, run).items())
+            )
+            + " (real / simulated)"
+        )
     errors = [scaling_error(pair, cal) for pair in tp_scaling_pairs(load_points(args.h200_dir))]
     print(
         f"TP scaling vs the PyTorch data ({len(errors)} TP>1 points over their TP1 point): mean |error| "

@@ -91,6 +91,9 @@ class Hardware:
     """``peak_tflops`` is the fp8 rate (fp8 weights on a GPU with fp8 tensor cores)."""
     gpu: str | None = None
     """The GPU catalogue's name for this type (picks its own measured tables where the calibration has them)."""
+    bf16_tflops: float | None = None
+    """The bf16 datasheet rate, where ``peak_tflops`` is the fp8 one: an fp8 engine's attention and lm_head
+    stay bf16. None: ``peak_tflops``."""
 
     @classmethod
     def from_gpu(cls, gpu: GpuType, interconnect: str, *, fp8_compute: bool = False, inter_node_gbps: float | None = None) -> Hardware:
@@ -107,6 +110,7 @@ class Hardware:
             inter_node_gbps=inter_node_gbps,
             fp8_compute=fp8_compute and gpu.fp8_tflops > 0,
             gpu=gpu.name,
+            bf16_tflops=gpu.bf16_tflops,
         )
 
 
@@ -251,6 +255,12 @@ class PerfModel:
         if hardware.fp8_compute and c.fp8_compute_efficiency is not None:
             efficiency = c.fp8_compute_efficiency
         self._flops = hardware.peak_tflops * 1e12 * efficiency
+        # On fp8 tensor cores only the linear layers' GEMMs are fp8: attention and the lm_head run at the bf16
+        # rate, and the kernels around the GEMMs (norms, SiLU, the activations' quantization) by their bytes
+        # (run 34: an 8B fp8 prefill's GEMMs 1.7x faster than bf16's, the rest of its kernels as long).
+        self._bf16_flops = (
+            (hardware.bf16_tflops or hardware.peak_tflops) * 1e12 * c.compute_efficiency if hardware.fp8_compute else self._flops
+        )
         self._k = c.roofline_sharpness
         self._overhead = (c.overhead_us_per_layer * self._stage_layers + c.overhead_us_per_step) * 1e-6
         self._per_sampled_seq = c.overhead_us_per_sampled_seq * 1e-6
@@ -258,6 +268,11 @@ class PerfModel:
         self._linear_flops_per_token = 2.0 * shape.active_params_per_token_per_layer * self._stage_layers / tp
         self._lm_head_flops_per_token = 2.0 * shape.vocab_size * shape.hidden_size / tp
         self._attn_flops_per_pair = 4.0 * shape.num_attention_heads * shape.head_dim * self._stage_layers / tp
+        # Bytes the fp8 engine's elementwise kernels move per token: the calibration's figure per unit of a layer's
+        # summed linear widths (its linear parameters over the hidden size), over the stage's layers.
+        width = shape.active_params_per_token_per_layer / shape.hidden_size
+        fp8_ew = c.fp8_elementwise_bytes_per_token_width if hardware.fp8_compute else 0.0
+        self._elementwise_bytes_per_token = fp8_ew * width * self._stage_layers / tp
         self._expert_fraction = shape.expert_weight_fraction
         eager = calibration.eager
         host_us = eager.host_us_per_layer_tp1 if tp == 1 else eager.host_us_per_layer_tp_many
@@ -312,10 +327,8 @@ class PerfModel:
 
     def _stage_compute(self, work: StepWork, micro: float) -> float:
         tokens = work.tokens * micro
-        flops = (
-            self._linear_flops_per_token * tokens
-            + self._lm_head_flops_per_token * work.sampled_seqs * micro
-            + self._attn_flops_per_pair * work.prefill_attention_pairs * micro
+        other_flops = (
+            self._lm_head_flops_per_token * work.sampled_seqs * micro + self._attn_flops_per_pair * work.prefill_attention_pairs * micro
         )
         n = math.ceil(tokens)
         weights = self._weights_read(n)
@@ -323,7 +336,9 @@ class PerfModel:
             rows = n if self.deployment.enforce_eager else cuda_graph_padded_tokens(n, self._graph_max_tokens)
             weights += self._fp8_linear_bytes * (row_factor(self._fp8_rows, rows) - 1.0)
         t_w = weights / self._weight_bw
-        t_c = flops / self._flops
+        t_c = self._linear_flops_per_token * tokens / self._flops + other_flops / self._bf16_flops
+        if self._elementwise_bytes_per_token:
+            t_c += self._elementwise_bytes_per_token * tokens / self._weight_bw
         k = self._k
         t_main = (t_w**k + t_c**k) ** (1.0 / k) if t_c > 0 else t_w
         kv_tokens = (work.decode_context_tokens + work.prefill_prior_tokens) * micro

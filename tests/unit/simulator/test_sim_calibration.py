@@ -123,6 +123,20 @@ def test_a_bad_per_gpu_row_factor_table_is_refused_by_its_field(tables: object, 
         calibration_from_json(doc)
 
 
+@pytest.mark.parametrize("value", [-1.0, "nan"])
+def test_a_negative_fp8_elementwise_figure_is_refused_by_its_field(value: object) -> None:
+    doc = calibration_to_json(CAL)
+    doc["compute"]["fp8ElementwiseBytesPerTokenWidth"] = value
+    with pytest.raises(ValueError, match=re.escape("compute.fp8ElementwiseBytesPerTokenWidth")):
+        calibration_from_json(doc)
+
+
+def test_a_calibration_without_the_fp8_elementwise_figure_reads_it_as_none() -> None:
+    doc = calibration_to_json(CAL)
+    del doc["compute"]["fp8ElementwiseBytesPerTokenWidth"]
+    assert calibration_from_json(doc).compute.fp8_elementwise_bytes_per_token_width == 0.0
+
+
 def test_a_calibration_without_per_gpu_row_factors_gives_every_gpu_the_shared_table() -> None:
     doc = calibration_to_json(CAL)
     del doc["compute"]["fp8GemmRowFactorsByGpu"]
