@@ -358,9 +358,11 @@ LONE_PREFILL_RUNS = {
     "8b-fp8-h100": ("8b-fp8-h100-tp1-r34-stages.json.gz", "llama-3-8b", "fp8", "h100-sxm"),
     "8b-h100": ("8b-h100-tp1-r34b-stages.json.gz", "llama-3-8b", "bfloat16", "h100-sxm"),
     "1b-h100": ("1b-h100-tp1-r34c-stages.json.gz", "llama-3.2-1b", "bfloat16", "h100-sxm"),
+    "14b-fp8-h100": ("14b-fp8-h100-tp1-r35-stages.json.gz", "qwen2.5-14b", "fp8", "h100-sxm"),
+    "14b-h100": ("14b-h100-tp1-r35b-stages.json.gz", "qwen2.5-14b", "bfloat16", "h100-sxm"),
 }
-"""Run 34's stamped lone prompts of 256 to 3,968 tokens on one H100 (kit-scripts/exp-lone-lengths.sh): archive,
-architecture preset, dtype and GPU catalogue name of each engine."""
+"""Runs 34 and 35's stamped lone prompts of 256 to 3,968 tokens on one H100 (kit-scripts/exp-lone-lengths.sh; run 35:
+Qwen2.5-14B's shape, held out): archive, architecture preset, dtype and GPU catalogue name of each engine."""
 FP8_LONE_PREFILL_FIT_TOKENS = (1536, 2048, 3072, 3968)
 """The 8B fp8's lone prompts whose step the GPU bounds: below them the engine thread's launch of a step above the
 CUDA graphs (about 17 ms on run 34's host) outlasts the GPU's work."""
@@ -755,12 +757,11 @@ def main(argv: list[str] | None = None) -> int:
     for run in LONE_PREFILL_RUNS:
         lone_model = lone_prefill_model(cal, run)
         print(
-            f"{run} lone prompt, its step's plan to its first token (run 34): "
+            f"{run} lone prompt, its step's plan to its first token (real / simulated): "
             + ", ".join(
                 f"{n}: {ms:.1f} / {lone_model.step_time(prefill_work(tokens)).seconds * 1e3:.1f} ms"
                 for n, (tokens, ms) in sorted(load_lone_prefill_ms(args.data_dir, run).items())
             )
-            + " (real / simulated)"
         )
     errors = [scaling_error(pair, cal) for pair in tp_scaling_pairs(load_points(args.h200_dir))]
     print(

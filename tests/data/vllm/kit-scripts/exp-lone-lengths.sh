@@ -7,7 +7,8 @@
 # warm-up, 8 tokens out), then two profiled slices (the operator's --profiler-config) of lone 1,024- and 3,072-token
 # prompts, whose kernels say whether the GPU waits inside the step or its kernels run longer than the model's.
 # `exp-lone-lengths.sh RUN:ARGS_FILE...`, one engine after the other (run 34: r34:engine-args-8b-fp8.txt
-# r34b:engine-args-realfit.txt; r34c:engine-args-1b.txt).
+# r34b:engine-args-realfit.txt; r34c:engine-args-1b.txt. Run 35, held out: Qwen2.5-14B's shape,
+# r35:engine-args-14b-fp8.txt r35b:engine-args-14b.txt, with run 18's tokenizer workaround).
 set -u
 S=$(cd "$(dirname "$0")" && pwd)
 K=$PWD/.device-kit/scripts
@@ -29,8 +30,9 @@ engine() {  # engine RUN ARGS_FILE
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > $R/gpu.txt 2>&1
   lscpu > $R/lscpu.txt 2>&1
   grep -q llama-3.2-1b $S/$ARGS && python3 $S/make_llama1b.py
+  EXTRA=""; if grep -q qwen2.5-14b $S/$ARGS; then python3 $S/make_qwen14b.py > $R/make-model.txt 2>&1; EXTRA="--tokenizer /tmp/k/models/tok-qwen-152k"; fi
   M=$(sed 's/.*--served-model-name \([^ ]*\).*/\1/' $S/$ARGS); export KP_MODEL_NAME=$M
-  KP_STAGE_DIR=$R/st PYTHONPATH=$S/stage_trace:$PYTHONPATH python3 -m vllm.entrypoints.cli.main serve $(cat $S/$ARGS) --load-format dummy --profiler-config "$PC" > $R/serve-$RUN.log 2>&1 & srv=$!
+  KP_STAGE_DIR=$R/st PYTHONPATH=$S/stage_trace:$PYTHONPATH python3 -m vllm.entrypoints.cli.main serve $(cat $S/$ARGS) --load-format dummy $EXTRA --profiler-config "$PC" > $R/serve-$RUN.log 2>&1 & srv=$!
   up=0; for i in $(seq 1 300); do curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && { up=1; break; }; kill -0 $srv 2>/dev/null || break; sleep 1; done
   T "$RUN up=$up"; pack
   if [ $up = 1 ]; then
