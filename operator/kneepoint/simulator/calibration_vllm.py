@@ -39,6 +39,7 @@ import math
 import re
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -418,15 +419,7 @@ def fit_fp8_elementwise(
         model = lone_prefill_model(both(ew)[1], "8b-fp8-h100")
         return sum(math.log(model.step_time(prefill_work(lone[n][0])).seconds * 1e3 / lone[n][1]) ** 2 for n in FP8_LONE_PREFILL_FIT_TOKENS)
 
-    lo, hi = 0.0, 40.0
-    golden = (math.sqrt(5.0) - 1.0) / 2.0
-    for _ in range(40):
-        a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
-        if loss(a) < loss(b):
-            hi = b
-        else:
-            lo = a
-    ew = (lo + hi) / 2.0
+    ew = golden_section(loss, 0.0, 40.0, steps=40)
     return ew, both(ew)[0]
 
 
@@ -503,9 +496,13 @@ def fit_fp8_compute_efficiency(compositions: list[StepComposition], ttft_c1_ms: 
         ttft = (model.gpu_step_time(prefill_work(PROMPT)).seconds + host) * 1e3
         return total + 4.0 * math.log(ttft / ttft_c1_ms) ** 2
 
-    lo, hi = 0.2, 1.0
+    return golden_section(loss, 0.2, 1.0, steps=80)
+
+
+def golden_section(loss: Callable[[float], float], lo: float, hi: float, steps: int) -> float:
+    """The minimum of a unimodal ``loss`` on [lo, hi] by golden-section search: ``steps`` narrowings, the middle of the last."""
     golden = (math.sqrt(5.0) - 1.0) / 2.0
-    for _ in range(80):
+    for _ in range(steps):
         a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
         if loss(a) < loss(b):
             hi = b
