@@ -62,9 +62,6 @@ RUNS = {
     "8b-fp8-waves-2": ("8b-fp8-h100-tp1-r29b-stages.json.gz", "8b-fp8-h100-tp1", "run 29"),
     "14b-fp8": ("14b-fp8-h100-tp1-r32-stages.json.gz", "14b-fp8-h100-tp1", "run 32"),
     "8b-fp8-lone": ("8b-fp8-h100-tp1-r33-stages.json.gz", "8b-fp8-h100-tp1", "run 33"),
-    "8b-fp8-lengths": ("8b-fp8-h100-tp1-r34-stages.json.gz", "8b-fp8-h100-tp1", "run 34"),
-    "8b-lengths": ("8b-h100-tp1-r34b-stages.json.gz", "8b-h100-tp1", "run 34"),
-    "1b-lengths": ("1b-h100-tp1-r34c-stages.json.gz", "1b-tp1", "run 34"),
 }
 STAGE_RUNS = ("1b", "8b", "14b")  # the runs with every load; run 22 has its decode steps' loads only
 # The closed loops whose full batches give the decode steps, and a decoding request's mean context in them: 1,024-

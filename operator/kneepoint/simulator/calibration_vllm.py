@@ -500,14 +500,20 @@ def fit_fp8_compute_efficiency(compositions: list[StepComposition], ttft_c1_ms: 
 
 
 def golden_section(loss: Callable[[float], float], lo: float, hi: float, steps: int) -> float:
-    """The minimum of a unimodal ``loss`` on [lo, hi] by golden-section search: ``steps`` narrowings, the middle of the last."""
+    """The minimum of a unimodal ``loss`` on [lo, hi] by golden-section search: ``steps`` narrowings, the middle of the
+    last. Each narrowing keeps one of its two inner points as an inner point of the next, so it costs one evaluation."""
     golden = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+    fa, fb = loss(a), loss(b)
     for _ in range(steps):
-        a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
-        if loss(a) < loss(b):
-            hi = b
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - golden * (hi - lo)
+            fa = loss(a)
         else:
-            lo = a
+            lo, a, fa = a, b, fb
+            b = lo + golden * (hi - lo)
+            fb = loss(b)
     return (lo + hi) / 2.0
 
 
