@@ -26,9 +26,10 @@ the 8B, run 8's 128- and 1,024-token bursts and c1 loads of the 8B and 1B: N req
 once, 16-token replies) and prints the mean TTFT and the first request's. Each request's times
 count from its send; prompts count one token more than the captures' words (the simulator's
 count: the BOS token), outputs as the capture's. `--stage-loads` replays instead the stamped closed loops
-(`tests/data/vllm/README.md`): runs 19-21's 1B, 8B and 14B on an H200, and runs 25-27's 1B on three H100 machines'
+(`tests/data/vllm/README.md`): runs 19-21's 1B, 8B and 14B on an H200, runs 25-27's 1B on three H100 machines'
 hosts (the same loads on three hosts of one machine kind: how far the 1B's figures move with the host), at vLLM's
-defaults, each with the simulator on its GPU; then, per load, the two halves of the time to the first token that the
+defaults, and runs 28-29's closed loops of 128-token prompts on the 8B and the 8B fp8 on an H100, each with the
+simulator on its GPU; then, per load, the two halves of the time to the first token that the
 stamps split: the send to the engine, and the engine to the end of the step that made the first token.
 """
 
@@ -204,8 +205,14 @@ STAGE_RUNS = {
     "1b-h100": ("1b-tp1", "h100-sxm"),
     "1b-render": ("1b-tp1", "h100-sxm"),
     "1b-loop": ("1b-tp1", "h100-sxm"),
+    # Runs 28-29's stamped closed loops of 128-token prompts on an H100 (the 8B's and the 8B fp8's models name the GPU).
+    "8b-waves": ("8b-h100-tp1", None),
+    "8b-waves-2": ("8b-h100-tp1", None),
+    "8b-fp8-waves": ("8b-fp8-h100-tp1", None),
+    "8b-fp8-waves-2": ("8b-fp8-h100-tp1", None),
 }
-STAGE_HOST_RUNS = tuple(run for run, (_model, gpu) in STAGE_RUNS.items() if gpu)  # runs 25-27
+STAGE_HOST_RUNS = ("1b-h100", "1b-render", "1b-loop")  # runs 25-27: the 1B's loads on three H100 machines' hosts
+STAGE_WAVE_RUNS = ("8b-waves", "8b-waves-2", "8b-fp8-waves", "8b-fp8-waves-2")  # runs 28-29
 
 
 def stage_load_shape(run: str, label: str) -> tuple[int, int]:
@@ -213,6 +220,8 @@ def stage_load_shape(run: str, label: str) -> tuple[int, int]:
     exp-switch.sh, exp-render.sh, exp-loop.sh)."""
     if run in STAGE_HOST_RUNS:
         return (128, 256) if label.startswith("p128") else (1024, 64) if label == "c1" else (1024, 256)
+    if run in STAGE_WAVE_RUNS:  # kit-scripts/exp-retakes.sh: the 8B's 128/512, the 8B fp8's 128/256
+        return (128, 256) if "fp8" in run else (128, 512)
     return {"c1-p128": (128, 64), "c1-p2048": (2048, 128), "c32-p128": (128, 256)}.get(label, (1024, 256))
 
 

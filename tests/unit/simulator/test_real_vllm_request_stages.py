@@ -387,8 +387,8 @@ def test_the_1bs_first_tokens_wait_in_the_enginecore_and_the_larger_models_intak
     sims: dict[tuple[str, tuple], dict[str, float]] = {}
     for name, cap in virtual.stage_loads().items():
         config, real, one_b = cap["config"], cap["summary"], cap["model"].startswith("1b-tp1")
-        if config["concurrency"] == 1 and (one_b or config["inputLen"] == 128):
-            continue
+        if name.split("/")[0] in virtual.STAGE_WAVE_RUNS or (config["concurrency"] == 1 and (one_b or config["inputLen"] == 128)):
+            continue  # runs 28-29's waves: the next test
         load = (cap["model"], tuple(sorted(config.items())))
         if load not in sims:
             sims[load] = _simulated(cap)
@@ -399,6 +399,31 @@ def test_the_1bs_first_tokens_wait_in_the_enginecore_and_the_larger_models_intak
             assert engine > 1.25 and 0.45 < to_engine < 1.55, (name, engine, to_engine)
         else:
             assert to_engine < 0.8 and 0.7 < engine < 1.45, (name, engine, to_engine)
+
+
+def test_on_an_h100_a_wave_reaches_the_enginecore_in_half_the_models_intake_in_bf16_and_fp8_alike() -> None:
+    # Runs 28-29's stamped closed loops of 128-token prompts on an H100 (the 8B at c16 and c128, 512 out; the 8B fp8
+    # at c8 and c48, 256 out; two takes each). The send-to-EngineCore half of a request's time to its first token is
+    # 0.46-0.66 of the simulator's intake in all eight loads, whichever the dtype; from c16 up the other half (to
+    # the end of the step that made its first token) is the simulator's within 20 % in both. So the fp8 engine's late
+    # TTFTs at these loads come from the intake, not its step (docs/simulator.md, "The H100's waves, split at the
+    # EngineCore").
+    sims: dict[tuple, dict[str, float]] = {}
+    seen = set()
+    for name, cap in virtual.stage_loads().items():
+        run = name.split("/")[0]
+        if run not in virtual.STAGE_WAVE_RUNS:
+            continue
+        seen.add(run)
+        config, real = cap["config"], cap["summary"]
+        load = (cap["model"], tuple(sorted(config.items())))
+        if load not in sims:
+            sims[load] = _simulated(cap)
+        sim = sims[load]
+        assert 0.4 < real["toEngineP50Ms"] / sim["toEngineP50Ms"] < 0.7, name
+        if config["concurrency"] >= 16:
+            assert 0.8 < real["engineToFirstP50Ms"] / sim["engineToFirstP50Ms"] < 1.1, name
+    assert seen == set(virtual.STAGE_WAVE_RUNS)
 
 
 def _wave_prefill_steps(run: str, label: str, wave: int) -> tuple[list[tuple[float, int, int]], dict[str, float], float]:
