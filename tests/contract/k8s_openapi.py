@@ -2,7 +2,10 @@
 
 The schemas are ``api/openapi-spec/v3/*.json`` of the k8s.io/kubernetes module at the
 sandbox's pinned version, which the sandbox's control-plane build downloads into Go's module
-cache (``go env GOMODCACHE``). Objects are checked with ``jsonschema`` after two
+cache (``go env GOMODCACHE``). The contract tests run before the integration tests build the
+sandbox, so on a fresh machine :func:`spec_dir` downloads the module itself (``go mod download``,
+the same module the build fetches, once): otherwise the schema checks would be skipped exactly
+where a fresh CI run should prove them. Objects are checked with ``jsonschema`` after two
 translations: ``x-kubernetes-int-or-string`` becomes integer-or-string, and an object schema
 with properties refuses unknown fields (kubectl's default strict field validation).
 """
@@ -12,7 +15,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +25,41 @@ import jsonschema
 
 from kneepoint.sandbox import pins
 
+MODULE = f"k8s.io/kubernetes@{pins.KUBERNETES_VERSION}"
 
+
+@functools.cache
 def spec_dir() -> Path | None:
-    """The module's openapi-spec/v3 directory, or None when Go or the module is absent."""
+    """The module's openapi-spec/v3 directory, downloaded into Go's module cache when it is not there yet; None when
+    Go is absent or the download fails (:func:`download_error` says why)."""
+    go = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if os.access(p, os.X_OK)), None)
     cache = os.environ.get("GOMODCACHE")
-    if not cache:
+    if not cache and go:
         try:
-            cache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+            cache = subprocess.run([go, "env", "GOMODCACHE"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
         except (OSError, subprocess.SubprocessError):
-            cache = str(Path.home() / "go" / "pkg" / "mod")
-    path = Path(cache) / f"k8s.io/kubernetes@{pins.KUBERNETES_VERSION}" / "api" / "openapi-spec" / "v3"
+            cache = None
+    path = Path(cache or Path.home() / "go" / "pkg" / "mod") / MODULE / "api" / "openapi-spec" / "v3"
+    if not path.is_dir() and go:
+        try:
+            # Outside any module (the temporary directory); -modcacherw keeps the cache removable, as the build's is.
+            env = {**os.environ, "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -modcacherw".strip()}
+            with tempfile.TemporaryDirectory() as outside:
+                proc = subprocess.run([go, "mod", "download", MODULE], capture_output=True, text=True, timeout=600, cwd=outside, env=env)
+            _WHY_ABSENT[:] = [f"go mod download {MODULE} failed: {proc.stderr.strip()[-500:]}" if proc.returncode else ""]
+        except (OSError, subprocess.SubprocessError) as exc:
+            _WHY_ABSENT[:] = [f"go mod download {MODULE} failed: {exc}"]
+    if not go:
+        _WHY_ABSENT[:] = [f"{MODULE} is not in Go's module cache and no go command was found to download it"]
     return path if path.is_dir() else None
+
+
+_WHY_ABSENT: list[str] = []
+
+
+def download_error() -> str:
+    """Why :func:`spec_dir` found no schemas: Go's error from the download, or that there is no go command."""
+    return next((why for why in _WHY_ABSENT if why), f"{MODULE} has no api/openapi-spec/v3 in Go's module cache")
 
 
 def _translate(node: Any) -> Any:
