@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 import jsonschema
 
-from kneepoint.sandbox import pins
+from kneepoint.sandbox import binaries, pins
 
 MODULE = f"k8s.io/kubernetes@{pins.KUBERNETES_VERSION}"
 
@@ -32,7 +31,10 @@ MODULE = f"k8s.io/kubernetes@{pins.KUBERNETES_VERSION}"
 def spec_dir() -> Path | None:
     """The module's openapi-spec/v3 directory, downloaded into Go's module cache when it is not there yet; None when
     Go is absent or the download fails (:func:`download_error` says why)."""
-    go = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if os.access(p, os.X_OK)), None)
+    try:
+        go: str | None = binaries.find_go()  # the sandbox build's go command
+    except binaries.BuildError as exc:
+        go, _WHY_ABSENT[:] = None, [f"{MODULE} is not in Go's module cache and it cannot be downloaded: {exc}"]
     cache = os.environ.get("GOMODCACHE")
     if not cache and go:
         try:
@@ -49,8 +51,6 @@ def spec_dir() -> Path | None:
             _WHY_ABSENT[:] = [f"go mod download {MODULE} failed: {proc.stderr.strip()[-500:]}" if proc.returncode else ""]
         except (OSError, subprocess.SubprocessError) as exc:
             _WHY_ABSENT[:] = [f"go mod download {MODULE} failed: {exc}"]
-    if not go:
-        _WHY_ABSENT[:] = [f"{MODULE} is not in Go's module cache and no go command was found to download it"]
     return path if path.is_dir() else None
 
 
@@ -58,7 +58,7 @@ _WHY_ABSENT: list[str] = []
 
 
 def download_error() -> str:
-    """Why :func:`spec_dir` found no schemas: Go's error from the download, or that there is no go command."""
+    """Why :func:`spec_dir` found no schemas: Go's error from the download, or why there is no usable go command."""
     return next((why for why in _WHY_ABSENT if why), f"{MODULE} has no api/openapi-spec/v3 in Go's module cache")
 
 
