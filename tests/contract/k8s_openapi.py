@@ -28,13 +28,15 @@ MODULE = f"k8s.io/kubernetes@{pins.KUBERNETES_VERSION}"
 
 
 @functools.cache
-def spec_dir() -> Path | None:
-    """The module's openapi-spec/v3 directory, downloaded into Go's module cache when it is not there yet; None when
-    Go is absent or the download fails (:func:`download_error` says why)."""
+def _located() -> tuple[Path | None, str]:
+    """(the module's openapi-spec/v3 directory, downloaded into Go's module cache when it is not there yet, or None;
+    why it is None)."""
     try:
-        go: str | None = binaries.find_go()  # the sandbox build's go command
+        go = binaries.find_go()  # the sandbox build's go command
     except binaries.BuildError as exc:
-        go, _WHY_ABSENT[:] = None, [f"{MODULE} is not in Go's module cache and it cannot be downloaded: {exc}"]
+        go, why = None, f"{MODULE} is not in Go's module cache and it cannot be downloaded: {exc}"
+    else:
+        why = f"{MODULE} has no api/openapi-spec/v3 in Go's module cache"
     cache = os.environ.get("GOMODCACHE")
     if not cache and go:
         try:
@@ -48,18 +50,21 @@ def spec_dir() -> Path | None:
             env = {**os.environ, "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -modcacherw".strip()}
             with tempfile.TemporaryDirectory() as outside:
                 proc = subprocess.run([go, "mod", "download", MODULE], capture_output=True, text=True, timeout=600, cwd=outside, env=env)
-            _WHY_ABSENT[:] = [f"go mod download {MODULE} failed: {proc.stderr.strip()[-500:]}" if proc.returncode else ""]
+            if proc.returncode:
+                why = f"go mod download {MODULE} failed: {proc.stderr.strip()[-500:]}"
         except (OSError, subprocess.SubprocessError) as exc:
-            _WHY_ABSENT[:] = [f"go mod download {MODULE} failed: {exc}"]
-    return path if path.is_dir() else None
+            why = f"go mod download {MODULE} failed: {exc}"
+    return (path, "") if path.is_dir() else (None, why)
 
 
-_WHY_ABSENT: list[str] = []
+def spec_dir() -> Path | None:
+    """The module's openapi-spec/v3 directory; None when Go is absent or the download fails (:func:`download_error`)."""
+    return _located()[0]
 
 
 def download_error() -> str:
     """Why :func:`spec_dir` found no schemas: Go's error from the download, or why there is no usable go command."""
-    return next((why for why in _WHY_ABSENT if why), f"{MODULE} has no api/openapi-spec/v3 in Go's module cache")
+    return _located()[1]
 
 
 def _translate(node: Any) -> Any:
