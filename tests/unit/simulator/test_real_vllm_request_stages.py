@@ -403,9 +403,10 @@ def test_the_1bs_first_tokens_wait_in_the_enginecore_and_the_larger_models_intak
 
 def test_on_an_h100_a_wave_reaches_the_enginecore_in_half_the_models_intake_in_bf16_and_fp8_alike() -> None:
     # Runs 28-29's stamped closed loops of 128-token prompts on an H100 (the 8B at c16 and c128, 512 out; the 8B fp8
-    # at c8 and c48, 256 out; two takes each). The send-to-EngineCore half of a request's time to its first token is
-    # 0.46-0.66 of the simulator's intake in all eight loads, whichever the dtype; from c16 up the other half (to
-    # the end of the step that made its first token) is the simulator's within 20 % in both. So the fp8 engine's late
+    # at c8 and c48, 256 out; two takes each) and run 37's, held out (both at c24 and c40, 256 out). The
+    # send-to-EngineCore half of a request's time to its first token is 0.44-0.68 of the simulator's intake in all
+    # twelve loads, whichever the dtype; from c16 up the other half (to the end of the step that made its first
+    # token) is the simulator's within 20 % in both. So the fp8 engine's late
     # TTFTs at these loads come from the intake, not its step (docs/simulator.md, "The H100's waves, split at the
     # EngineCore").
     sims: dict[tuple, dict[str, float]] = {}
@@ -424,6 +425,35 @@ def test_on_an_h100_a_wave_reaches_the_enginecore_in_half_the_models_intake_in_b
         if config["concurrency"] >= 16:
             assert 0.8 < real["engineToFirstP50Ms"] / sim["engineToFirstP50Ms"] < 1.1, name
     assert seen == set(virtual.STAGE_WAVE_RUNS)
+
+
+def test_a_synchronized_wave_is_handled_first_then_rendered_one_prompt_at_a_time() -> None:
+    # The first wave of every stamped closed loop of runs 19-21 (H200), 28-29, 32 and 37 (H100): its requests sent
+    # together. vLLM's API server starts every handler before it renders the first prompt (but for run 21's 14B c128,
+    # by 2 ms), then renders one prompt after another, about 1 ms before each reaches the EngineCore; the simulator's
+    # intake holds them all and lets the wave through at its end (tests/data/vllm/README.md, "Run 37").
+    runs = ("1b", "8b", "14b", "14b-fp8", *(r for r in virtual.STAGE_WAVE_RUNS))
+    handled_first, waves = 0, 0
+    for run in runs:
+        for label in stages.loads_in_order(run):
+            wave = stages.waves(stages.requests(run, label))[0]
+            if len(wave) < 8:
+                continue
+            waves += 1
+            n = len(wave)
+            http = sorted(r["http"] for r in wave)
+            rendered = sorted(r["rendered"] for r in wave)
+            handled_first += rendered[0] > http[-1]
+            assert 0.1 < (http[-1] - http[0]) * 1e3 / (n - 1) < 0.85, (run, label)
+            per_render = (rendered[-1] - rendered[0]) * 1e3 / (n - 1)
+            # 128-token prompts: runs 19-21's c32-p128, run 32's (exp-14b-fp8-stages.sh) and runs 28-29 and 37's waves
+            short = "p128" in label or run == "14b-fp8" or run in virtual.STAGE_WAVE_RUNS
+            assert (0.45 < per_render < 1.05) if short else (0.85 < per_render < 1.9), (run, label, per_render)
+            if run in virtual.STAGE_WAVE_RUNS:
+                assert 0.55 < per_render < 0.9, (run, label)  # the 8B's, bf16 and fp8, on the H100s
+            to_core = sorted((r["core_in"] - r["rendered"]) * 1e3 for r in wave)
+            assert 0.4 < to_core[n // 2] < 3.0, (run, label)
+    assert waves == 32 and handled_first == 31
 
 
 def _wave_prefill_steps(run: str, label: str, wave: int) -> tuple[list[tuple[float, int, int]], dict[str, float], float]:

@@ -1,4 +1,4 @@
-"""Runs 23's, 24's, 28's, 29's, 31's, 32's and 33's archives -> tests/data/vllm: each load as ``8b-tp1-loadgen-r23-<load>.json`` (run 24, on an
+"""Runs 23's, 24's, 28's, 29's, 31's, 32's, 33's and 37's archives -> tests/data/vllm: each load as ``8b-tp1-loadgen-r23-<load>.json`` (run 24, on an
 H100: ``8b-h100-tp1-loadgen-r24-<load>.json``) (the load generator's
 summary, config, repeat rule and repeats, plus ``engineFlags``: the engine's flags that differ from the 8B captures'
 replay flags, benchmarks/sim_vs_real_vllm.py) and ``...-requests.json.gz`` (every request, without its ITL list, to
@@ -11,6 +11,7 @@ keep the tree small enough for the device calls' 64 MiB), and the engine's start
     python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r31x tests/data/vllm r31
     python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r32x tests/data/vllm r32
     python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r33x tests/data/vllm r33
+    python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r37x tests/data/vllm r37 r37b
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ RUNS = {  # run folder: (its engine's flags, the captures' model prefix)
     "r31": ("engine-args-14b-fp8.txt", "14b-fp8-tp1"),  # Qwen2.5-14B's shape with online fp8 (exp-14b-fp8.sh), on an H100
     "r32": ("engine-args-14b-fp8.txt", "14b-fp8-tp1"),  # run 31's engine again, stamped (exp-14b-fp8-stages.sh)
     "r33": ("engine-args-8b-fp8.txt", "8b-fp8-tp1"),  # the 8B fp8's lone 1,024-token prompts, stamped (exp-8b-fp8-lone.sh)
+    # The measured phases before exp-wave-profile.sh's profiled slices (the slice runs after them, unmeasured).
+    "r37": ("engine-args-8b-fp8.txt", "8b-fp8-tp1"),
+    "r37b": ("engine-args-realfit.txt", "8b-tp1"),
 }
 
 
@@ -58,7 +62,9 @@ def main(src: str, dst: str, runs: list[str]) -> None:
             for r in requests:
                 r.pop("itlMs", None)
             doc["engineFlags"] = flags
-            doc["termination"] = json.loads((folder / f"lg-{load}.termination.json").read_text())
+            termination = folder / f"lg-{load}.termination.json"  # run 37's loads wrote none
+            if termination.exists():
+                doc["termination"] = json.loads(termination.read_text())
             base = out / f"{prefix}-loadgen-{run[:3]}-{load}"
             base.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
             with gzip.open(f"{base}-requests.json.gz", "wt", compresslevel=9) as handle:
