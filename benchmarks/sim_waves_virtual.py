@@ -213,14 +213,21 @@ STAGE_RUNS = {
     # Run 37: the same engines' closed loops of 128/256 at c24 and c40 (kit-scripts/exp-wave-profile.sh).
     "8b-fp8-waves-3": ("8b-fp8-h100-tp1", None),
     "8b-waves-3": ("8b-h100-tp1", None),
+    # Run 38: the 1B, the 8B fp8 and the 14B fp8 on one H100 machine (kit-scripts/exp-lone-waves.sh).
+    "1b-one-host": ("1b-tp1", "h100-sxm"),
+    "8b-fp8-one-host": ("8b-fp8-h100-tp1", None),
+    "14b-fp8-one-host": ("14b-fp8-h100-tp1", None),
 }
 STAGE_HOST_RUNS = ("1b-h100", "1b-render", "1b-loop")  # runs 25-27: the 1B's loads on three H100 machines' hosts
 STAGE_WAVE_RUNS = ("8b-waves", "8b-waves-2", "8b-fp8-waves", "8b-fp8-waves-2", "8b-fp8-waves-3", "8b-waves-3")  # runs 28-29, 37
+STAGE_ONE_HOST_RUNS = ("1b-one-host", "8b-fp8-one-host", "14b-fp8-one-host")  # run 38
 
 
 def stage_load_shape(run: str, label: str) -> tuple[int, int]:
     """(prompt words, output tokens) of one stamped load, as its experiment script sent it (kit-scripts/exp-stages.sh,
     exp-switch.sh, exp-render.sh, exp-loop.sh)."""
+    if run in STAGE_ONE_HOST_RUNS:  # kit-scripts/exp-lone-waves.sh
+        return (128, 64) if label == "c1-p128" else (128, 256)
     if run in STAGE_HOST_RUNS:
         return (128, 256) if label.startswith("p128") else (1024, 64) if label == "c1" else (1024, 256)
     if run in STAGE_WAVE_RUNS:  # kit-scripts/exp-retakes.sh: the 8B's 128/512, the 8B fp8's 128/256; exp-wave-profile.sh: 128/256
@@ -292,7 +299,9 @@ def main() -> None:
     parser.add_argument("--intake-serial-us", type=float, default=None, help="per prompt token; default: the shipped calibration's")
     parser.add_argument("--bursts", action="store_true", help="replay real vLLM's isolated bursts instead of the closed-loop captures")
     parser.add_argument(
-        "--stage-loads", action="store_true", help="replay instead the stamped closed loops of runs 19-21 (H200) and 25-27 (the 1B, H100)"
+        "--stage-loads",
+        action="store_true",
+        help="replay instead the stamped closed loops of runs 19-21 (H200), 25-27 (the 1B, H100), 28-29 and 37-38 (H100)",
     )
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--output-us-per-output", type=float, default=None, help="default: the shipped calibration's")

@@ -62,6 +62,9 @@ RUNS = {
     "8b-fp8-waves-2": ("8b-fp8-h100-tp1-r29b-stages.json.gz", "8b-fp8-h100-tp1", "run 29"),
     "8b-fp8-waves-3": ("8b-fp8-h100-tp1-r37-stages.json.gz", "8b-fp8-h100-tp1", "run 37"),
     "8b-waves-3": ("8b-h100-tp1-r37b-stages.json.gz", "8b-h100-tp1", "run 37"),
+    "1b-one-host": ("1b-h100-tp1-r38-stages.json.gz", "1b-tp1", "run 38"),
+    "8b-fp8-one-host": ("8b-fp8-h100-tp1-r38b-stages.json.gz", "8b-fp8-h100-tp1", "run 38"),
+    "14b-fp8-one-host": ("14b-fp8-h100-tp1-r38c-stages.json.gz", "14b-fp8-h100-tp1", "run 38"),
     "14b-fp8": ("14b-fp8-h100-tp1-r32-stages.json.gz", "14b-fp8-h100-tp1", "run 32"),
     "8b-fp8-lone": ("8b-fp8-h100-tp1-r33-stages.json.gz", "8b-fp8-h100-tp1", "run 33"),
 }

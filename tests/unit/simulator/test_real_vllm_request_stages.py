@@ -456,6 +456,27 @@ def test_a_synchronized_wave_is_handled_first_then_rendered_one_prompt_at_a_time
     assert waves == 32 and handled_first == 31
 
 
+def test_on_one_host_a_lone_short_prompts_first_token_is_the_launchs_whatever_the_model() -> None:
+    # Run 38: the 1B, the 8B fp8 and the 14B fp8 on one H100 machine, 8 lone 128-token prompts each. Real vLLM gives
+    # the first token 13.1-14.7 ms after the send whatever the model: 2.9-3.2 ms to the EngineCore, then a prefill
+    # inside the CUDA graphs whose launch (plan -> next plan) is 6.3-7.2 ms in all three. The simulator's intake is
+    # 9.2 ms and its step the GPU's, so its TTFT grows with the model: 11.4 ms for the 1B, 20.3 for the 14B fp8
+    # (tests/data/vllm/README.md, "Run 38").
+    loads = virtual.stage_loads()
+    sims = {}
+    for run in virtual.STAGE_ONE_HOST_RUNS:
+        rows = stages.requests(run, "c1-p128")
+        assert len(rows) == 8
+        assert 12.5 < stages.median(stages.span_ms(rows, "start", "first")) < 15.5, run
+        assert 2.5 < stages.median(stages.span_ms(rows, "start", "core_in")) < 3.5, run
+        lone = [x for x in stages.launches(run, "c1-p128") if x.new == 1 and x.seqs == 1]
+        assert {x.mode for x in lone} == {"piecewise graph"}
+        assert 6.0 < stages.median([x.interval_ms for x in lone]) < 7.5, run
+        sims[run] = _simulated(loads[f"{run}/c1-p128"])
+        assert sims[run]["toEngineP50Ms"] > 2.5 * stages.median(stages.span_ms(rows, "start", "core_in")), run
+    assert sims["1b-one-host"]["ttftP50Ms"] < 12.0 and sims["14b-fp8-one-host"]["ttftP50Ms"] > 19.0
+
+
 def _wave_prefill_steps(run: str, label: str, wave: int) -> tuple[list[tuple[float, int, int]], dict[str, float], float]:
     """(the prefill steps planned in one closed-loop wave as (ms from its first send, tokens, new requests), the
     wave's first request's stamps, the wave's first send)."""
