@@ -423,10 +423,10 @@ def _traced_steps_ms(name: str) -> tuple[dict[str, float], float]:
 
 # Run 37: the 8B and the 8B fp8 profiled under closed loops of 128-token prompts on an H100 (kit-scripts/exp-wave-profile.sh).
 def test_on_an_h100_the_models_gpu_step_is_4_to_10_percent_longer_than_vllms_traced_one() -> None:
-    # Each slice's first step prefills a whole wave of 24 or 48 prompts of 128 tokens (3,072 or 6,144 tokens: the
-    # profiler slows the host, so the wave comes to the engine at once), then 63 decode steps of the same sequences
-    # (contexts of 129-192 tokens). The model's GPU step is longer than the traced span in all eight, by 3.7-10.1 %: the
-    # H100's TPOT and E2E come out a few per cent high on the captures too (docs/simulator.md, "Run 37").
+    # Each slice's first step prefills a whole wave of 24 or 48 prompts of 128 tokens (3,072 or 6,144 tokens; unprofiled,
+    # vLLM takes such a wave in three steps), then 63 decode steps of the same sequences (contexts of 129-192 tokens).
+    # The model's GPU step is longer than the traced span in all eight, by 3.7-10.1 %: the H100's TPOT and E2E come out
+    # a few per cent high on the captures too (tests/data/vllm/README.md, "Run 37").
     for engine, dtype, run in (("8b-fp8-h100-tp1", "fp8", "r37"), ("8b-h100-tp1", "bfloat16", "r37b")):
         model = engine_model(CAL, "llama-3-8b", dtype=dtype, gpu_name="h100-sxm")
         for conc in (24, 48):
