@@ -219,7 +219,17 @@ STAGE_RUNS = {
     "14b-fp8-one-host": ("14b-fp8-h100-tp1", None),
 }
 STAGE_HOST_RUNS = ("1b-h100", "1b-render", "1b-loop")  # runs 25-27: the 1B's loads on three H100 machines' hosts
-STAGE_WAVE_RUNS = ("8b-waves", "8b-waves-2", "8b-fp8-waves", "8b-fp8-waves-2", "8b-fp8-waves-3", "8b-waves-3")  # runs 28-29, 37
+# Runs 28-29 and 37's closed loops of 128-token prompts, by their output length (kit-scripts/exp-retakes.sh: the 8B's
+# 512, the 8B fp8's 256; exp-wave-profile.sh: 256 for both).
+STAGE_WAVE_OUTPUT = {
+    "8b-waves": 512,
+    "8b-waves-2": 512,
+    "8b-fp8-waves": 256,
+    "8b-fp8-waves-2": 256,
+    "8b-fp8-waves-3": 256,
+    "8b-waves-3": 256,
+}
+STAGE_WAVE_RUNS = tuple(STAGE_WAVE_OUTPUT)
 STAGE_ONE_HOST_RUNS = ("1b-one-host", "8b-fp8-one-host", "14b-fp8-one-host")  # run 38
 
 
@@ -230,8 +240,8 @@ def stage_load_shape(run: str, label: str) -> tuple[int, int]:
         return (128, 64) if label == "c1-p128" else (128, 256)
     if run in STAGE_HOST_RUNS:
         return (128, 256) if label.startswith("p128") else (1024, 64) if label == "c1" else (1024, 256)
-    if run in STAGE_WAVE_RUNS:  # kit-scripts/exp-retakes.sh: the 8B's 128/512, the 8B fp8's 128/256; exp-wave-profile.sh: 128/256
-        return (128, 256) if "fp8" in run or run == "8b-waves-3" else (128, 512)
+    if run in STAGE_WAVE_OUTPUT:
+        return 128, STAGE_WAVE_OUTPUT[run]
     return {"c1-p128": (128, 64), "c1-p2048": (2048, 128), "c32-p128": (128, 256)}.get(label, (1024, 256))
 
 
