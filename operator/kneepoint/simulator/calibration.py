@@ -79,6 +79,17 @@ class ComputeCalibration:
     1,150 (runs 2-6, 8B); without this the KV read alone had to carry both. Plain PyTorch forward
     passes (tests/data/h200) have none, so their fit leaves it at 0."""
 
+    bandwidth_scale_by_gpu: tuple[tuple[str, float], ...] = ()
+    """(GPU catalogue name, factor) for the GPU types whose memory reaches a different share of its datasheet rate than
+    the GPU the efficiencies were fitted on (the H200): both bandwidth efficiencies are multiplied by the factor on that
+    type. The H100 SXM's HBM3 streams an 8B decode step's weights about 4 % nearer its datasheet rate than the H200's
+    HBM3e (runs 28-29's bf16 decode loads; run 37's traced steps agree), so one share for both made every H100 decode
+    step 2-7 % long. Fitted by ``calibration_vllm.fit_bandwidth_scale``; a type not listed: 1."""
+
+    def bandwidth_scale_for(self, gpu: str | None) -> float:
+        """The factor on both bandwidth efficiencies for catalogue GPU ``gpu`` (1 where none was fitted)."""
+        return dict(self.bandwidth_scale_by_gpu).get(gpu or "", 1.0)
+
     def fp8_row_factors_for(self, gpu: str | None) -> tuple[tuple[int, float], ...]:
         """The fp8 row factors of catalogue GPU ``gpu``: its own table if it has one, else the shared one."""
         return dict(self.fp8_gemm_row_factors_by_gpu).get(gpu or "", self.fp8_gemm_row_factors)
@@ -214,6 +225,12 @@ def _row_factors_by_gpu(tables: Any) -> tuple[tuple[str, tuple[tuple[int, float]
     return tuple((str(gpu), _row_factors(rows, f"compute.fp8GemmRowFactorsByGpu.{gpu}")) for gpu, rows in sorted(tables.items()))
 
 
+def _scales_by_gpu(scales: Any) -> tuple[tuple[str, float], ...]:
+    if not isinstance(scales, Mapping) or any(not isinstance(f, int | float) or not f > 0 for f in scales.values()):
+        raise ValueError(f"compute.bandwidthScaleByGpu must map GPU catalogue names to factors > 0: {scales!r}")
+    return tuple((str(gpu), float(f)) for gpu, f in sorted(scales.items()))
+
+
 def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
     """Build a :class:`Calibration` from the JSON document's shape (camelCase keys)."""
     c = doc["compute"]
@@ -237,6 +254,7 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             fp8_compute_efficiency=None if c.get("fp8ComputeEfficiency") is None else float(c["fp8ComputeEfficiency"]),
             fp8_gemm_row_factors=_row_factors(c.get("fp8GemmRowFactors") or []),
             fp8_gemm_row_factors_by_gpu=_row_factors_by_gpu(c.get("fp8GemmRowFactorsByGpu") or {}),
+            bandwidth_scale_by_gpu=_scales_by_gpu(c.get("bandwidthScaleByGpu") or {}),
             fp8_activation_quant_ns_per_hidden=float(c.get("fp8ActivationQuantNsPerHidden") or 0.0),
             fp8_elementwise_bytes_per_token_width=_at_least_zero(
                 c.get("fp8ElementwiseBytesPerTokenWidth"), "compute.fp8ElementwiseBytesPerTokenWidth"
@@ -286,6 +304,7 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "fp8GemmRowFactorsByGpu": {gpu: [[rows, factor] for rows, factor in table] for gpu, table in c.fp8_gemm_row_factors_by_gpu},
             "fp8ActivationQuantNsPerHidden": c.fp8_activation_quant_ns_per_hidden,
             "fp8ElementwiseBytesPerTokenWidth": c.fp8_elementwise_bytes_per_token_width,
+            "bandwidthScaleByGpu": dict(c.bandwidth_scale_by_gpu),
         },
         "links": {
             name: {

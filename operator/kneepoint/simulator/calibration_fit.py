@@ -276,6 +276,7 @@ def _with_compute(cal: Calibration, vec: Sequence[float]) -> Calibration:
         fp8_compute_efficiency=cal.compute.fp8_compute_efficiency,
         fp8_gemm_row_factors=cal.compute.fp8_gemm_row_factors,
         fp8_gemm_row_factors_by_gpu=cal.compute.fp8_gemm_row_factors_by_gpu,
+        bandwidth_scale_by_gpu=cal.compute.bandwidth_scale_by_gpu,
     )
     return replace(cal, compute=compute)
 

@@ -258,6 +258,46 @@ def load_fp8_h100_decode_itl_p50_ms(data_dir: Path, preset: str = "llama-3-8b") 
     return takes
 
 
+H100_DECODE_RUNS = ("r28", "r29")
+H100_DECODE_FILES = {c: f"8b-h100-tp1-loadgen-{{run}}-d-c{c}.json" for c in (1, 16, 64, 128)}
+"""The 8B's decode-dominated loads in bf16 on an H100 SXM (128-token prompts, 512-token replies, as run 6's on the
+H200), taken on two machines (runs 28 and 29): what :func:`fit_bandwidth_scale` fits the H100's memory to. Held out
+from it: the fp8 loads of :data:`FP8_H100_DECODE_RUNS`, the H100 lone prefills and run 37's traced steps."""
+BANDWIDTH_SCALE_GPU = "h100-sxm"
+
+
+def load_h100_decode_itl_p50_ms(data_dir: Path) -> dict[int, list[float]]:
+    """The inter-token latency P50 (ms) of :data:`H100_DECODE_FILES` by concurrency: each take's (runs 28, 29)."""
+    takes: dict[int, list[float]] = {}
+    for run in H100_DECODE_RUNS:
+        files = {c: f.format(run=run) for c, f in H100_DECODE_FILES.items()}
+        for c, itl in _itl_p50_ms(data_dir, files).items():
+            takes.setdefault(c, []).append(itl)
+    return takes
+
+
+def with_bandwidth_scale(cal: Calibration, gpu: str, scale: float) -> Calibration:
+    """``cal`` with ``gpu``'s factor on both bandwidth efficiencies set to ``scale`` (the other GPU types' kept)."""
+    scales = dict(cal.compute.bandwidth_scale_by_gpu) | {gpu: scale}
+    return replace(cal, compute=replace(cal.compute, bandwidth_scale_by_gpu=tuple(sorted(scales.items()))))
+
+
+def fit_bandwidth_scale(takes: dict[int, list[float]], cal: Calibration, gpu: str = BANDWIDTH_SCALE_GPU) -> float:
+    """``compute.bandwidthScaleByGpu[gpu]``: a golden-section search over 0.8-1.2 on the squared log error of the
+    8B's bf16 decode step + host (the host constants as fitted on the H200) against every take of ``takes``, at
+    :data:`DECODE_ONLY_CONTEXT`. Only the memory moves: the H100 has the H200's SMs at the H200's clock."""
+
+    def loss(scale: float) -> float:
+        model = engine_model(with_bandwidth_scale(cal, gpu, scale), "llama-3-8b", gpu_name=gpu)
+        return sum(
+            math.log(model.step_time(decode_work(c, DECODE_ONLY_CONTEXT)).seconds * 1e3 / itl) ** 2
+            for c, itls in takes.items()
+            for itl in itls
+        )
+
+    return golden_section(loss, 0.8, 1.2, steps=40)
+
+
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """(intercept, slope) of the least-squares line through the points, the slope held at >= 0."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -674,6 +714,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         floor_step, floor_seq = fit_cpu_floor(load_cpu_floor_itl_p50_ms(args.data_dir), load_1b_c1_tpots_ms(args.data_dir))
         cal = replace(cal, serving=replace(cal.serving, cpu_floor_us_per_step=floor_step, cpu_floor_us_per_seq=floor_seq))
+        # before the fp8 fits: run 34's lone prefills, to which fp8's elementwise bytes are fitted, ran on an H100
+        scale = fit_bandwidth_scale(load_h100_decode_itl_p50_ms(args.data_dir), cal)
+        cal = with_bandwidth_scale(cal, BANDWIDTH_SCALE_GPU, float(f"{scale:.4g}"))
         quant = fit_fp8_activation_quant(load_fp8_tpot_c1_ms(args.data_dir), cal)
         cal = replace(cal, compute=replace(cal.compute, fp8_activation_quant_ns_per_hidden=quant))
         lone = load_lone_prefill_ms(args.data_dir, "8b-fp8-h100")
@@ -703,6 +746,7 @@ def main(argv: list[str] | None = None) -> int:
         written = calibration_to_json(cal)
         doc["compute"]["fp8GemmRowFactors"] = written["compute"]["fp8GemmRowFactors"]
         doc["compute"]["fp8GemmRowFactorsByGpu"] = written["compute"]["fp8GemmRowFactorsByGpu"]
+        doc["compute"]["bandwidthScaleByGpu"] = written["compute"]["bandwidthScaleByGpu"]
         doc["serving"] = _rounded(written["serving"])  # every serving constant, as the loader reads it
         target.write_text(json.dumps(doc, indent=2) + "\n")
         cal = calibration_from_json(doc)
@@ -745,6 +789,17 @@ def main(argv: list[str] | None = None) -> int:
         st = eight_fp8.step_time(decode_work(conc, FP8_DECODE_CONTEXT)).seconds * 1e3
         print(
             f"8B fp8 decode step + host at {conc:>3} seqs (held out): real ITL P50 {itl:.2f} ms, simulated {st:.2f} ms ({st / itl - 1:+.1%})"
+        )
+    eight_h100 = engine_model(cal, "llama-3-8b", gpu_name=BANDWIDTH_SCALE_GPU)
+    scale = cal.compute.bandwidth_scale_for(BANDWIDTH_SCALE_GPU)
+    for conc, takes in sorted(load_h100_decode_itl_p50_ms(args.data_dir).items()):
+        st = eight_h100.step_time(decode_work(conc, DECODE_ONLY_CONTEXT)).seconds * 1e3
+        print(
+            f"8b-h100-tp1 decode step + host at {conc:>3} seqs (bandwidth x {scale} on the H100): real ITL P50 "
+            + " / ".join(f"{itl:.2f}" for itl in takes)
+            + f" ms (runs {' / '.join(H100_DECODE_RUNS)}), simulated {st:.2f} ms ("
+            + " / ".join(f"{st / itl - 1:+.1%}" for itl in takes)
+            + ")"
         )
     for preset, (prefix, runs) in FP8_H100_DECODE_RUNS.items():
         on_h100 = engine_model(cal, preset, dtype="fp8", gpu_name="h100-sxm")

@@ -249,8 +249,9 @@ class PerfModel:
         tp, pp = deployment.tensor_parallel, deployment.pipeline_parallel
         self._stage_layers = math.ceil(shape.num_layers / pp)
         c = calibration.compute
-        self._weight_bw = hardware.hbm_gbps * 1e9 * c.weight_bandwidth_efficiency
-        self._kv_bw = hardware.hbm_gbps * 1e9 * c.kv_bandwidth_efficiency
+        bandwidth = hardware.hbm_gbps * 1e9 * c.bandwidth_scale_for(hardware.gpu)
+        self._weight_bw = bandwidth * c.weight_bandwidth_efficiency
+        self._kv_bw = bandwidth * c.kv_bandwidth_efficiency
         efficiency = c.compute_efficiency
         if hardware.fp8_compute and c.fp8_compute_efficiency is not None:
             efficiency = c.fp8_compute_efficiency

@@ -115,8 +115,8 @@ def test_the_decode_steps_unprofiled_are_the_models() -> None:
         assert r["steps"] >= (50 if r["run"] == "70b-fp8" else 400), r
         if r["run"] == "1b":
             assert -0.25 < r["error"] < 0.0, r
-        elif r["run"] == "8b-h100":  # a GPU none of the fits saw: +2.9 % at 128, +4.3 % at 256 sequences
-            assert 0.0 < r["error"] < 0.05, r
+        elif r["run"] == "8b-h100":  # held out from the H100's bandwidth fit (runs 28-29): -0.8 % at 128, +2.1 % at 256
+            assert abs(r["error"]) < 0.03, r
         else:
             assert abs(r["error"]) < (0.04 if r["run"] == "70b-fp8" else 0.03), r
     # and the 8B's 8,192-token prefill steps

@@ -142,3 +142,20 @@ def test_a_calibration_without_per_gpu_row_factors_gives_every_gpu_the_shared_ta
     del doc["compute"]["fp8GemmRowFactorsByGpu"]
     shared = calibration_from_json(doc).compute
     assert shared.fp8_row_factors_for("h100-sxm") == shared.fp8_row_factors_for("h200") == CAL.compute.fp8_gemm_row_factors
+
+
+@pytest.mark.parametrize("scales", [[["h100-sxm", 1.05]], {"h100-sxm": 0.0}, {"h100-sxm": -1.0}, {"h100-sxm": "fast"}])
+def test_a_bad_per_gpu_bandwidth_scale_is_refused_by_its_field(scales: object) -> None:
+    doc = calibration_to_json(CAL)
+    doc["compute"]["bandwidthScaleByGpu"] = scales
+    with pytest.raises(ValueError, match=re.escape("compute.bandwidthScaleByGpu")):
+        calibration_from_json(doc)
+
+
+def test_a_calibration_without_bandwidth_scales_gives_every_gpu_its_datasheet_share() -> None:
+    doc = calibration_to_json(CAL)
+    del doc["compute"]["bandwidthScaleByGpu"]
+    plain = calibration_from_json(doc).compute
+    assert plain.bandwidth_scale_for("h100-sxm") == plain.bandwidth_scale_for("h200") == plain.bandwidth_scale_for(None) == 1.0
+    # the shipped file scales the H100's alone
+    assert CAL.compute.bandwidth_scale_for("h200") == 1.0 and CAL.compute.bandwidth_scale_for("h100-sxm") > 1.0

@@ -24,10 +24,12 @@ from kneepoint.simulator.calibration_vllm import (
     FP8_DECODE_CONTEXT,
     FP8_DECODE_FILES,
     FP8_LONE_PREFILL_FIT_TOKENS,
+    H100_DECODE_FILES,
     MEAN_DECODE_CONTEXT,
     PROMPT,
     engine_model,
     fit,
+    fit_bandwidth_scale,
     fit_cpu_floor,
     fit_fp8_activation_quant,
     fit_fp8_compute_efficiency,
@@ -45,6 +47,7 @@ from kneepoint.simulator.calibration_vllm import (
     load_fp8_tpot_c1_ms,
     load_fp8_ttft_c1_ms,
     load_gemm_rows,
+    load_h100_decode_itl_p50_ms,
     load_held_out_14b_compositions,
     load_itl_p50_ms,
     load_lone_prefill_ms,
@@ -52,6 +55,7 @@ from kneepoint.simulator.calibration_vllm import (
     lone_prefill_model,
     parse_annotation,
     qwen14b_h200_tp1,
+    with_bandwidth_scale,
 )
 from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.perf_model import Hardware, StepWork, decode_work, prefill_work
@@ -392,9 +396,29 @@ def test_the_shipped_h100_row_factors_are_the_fit_and_only_the_h100_uses_them() 
     assert CAL.compute.fp8_row_factors_for(None) == CAL.compute.fp8_gemm_row_factors
 
 
-def test_the_8b_fp8_decode_step_on_an_h100_is_within_7_5_percent_of_runs_28_and_29() -> None:
-    """Held out: no serving capture on an H100 was fitted. With the H200's row factors the 24- and 32-sequence
-    steps came out 15-18 % long on both takes; the H100's own (run 30) bring every concurrency within 7.5 %."""
+def test_the_shipped_h100_bandwidth_scale_is_the_fit_and_brings_its_bf16_decode_within_2_5_percent() -> None:
+    # Runs 28 and 29's 8B bf16 decode loads on two H100 machines (128-token prompts, 512 out, c1-c128). With the H200's
+    # share of the datasheet bandwidth every step was 1.2-6.2 % long; the fit gives the H100 4.5 % more of its own.
+    takes = load_h100_decode_itl_p50_ms(DATA)
+    assert sorted(takes) == sorted(H100_DECODE_FILES) and all(len(t) == 2 for t in takes.values())
+    assert fit_bandwidth_scale(takes, CAL) == pytest.approx(CAL.compute.bandwidth_scale_for("h100-sxm"), rel=0.002)
+    assert 1.03 < CAL.compute.bandwidth_scale_for("h100-sxm") < 1.06
+    unscaled = with_bandwidth_scale(CAL, "h100-sxm", 1.0)
+    for cal, lo, hi in ((CAL, -0.025, 0.025), (unscaled, 0.01, 0.065)):
+        model = engine_model(cal, "llama-3-8b", gpu_name="h100-sxm")
+        for conc, reals in takes.items():
+            for real in reals:
+                assert lo < model.step_time(decode_work(conc, DECODE_ONLY_CONTEXT)).seconds * 1e3 / real - 1 < hi, (conc, real)
+    # the H200's steps do not move
+    work = decode_work(32, MEAN_DECODE_CONTEXT)
+    assert engine_model(CAL, "llama-3-8b").step_time(work) == engine_model(unscaled, "llama-3-8b").step_time(work)
+
+
+def test_the_8b_fp8_decode_step_on_an_h100_is_within_3_percent_of_one_of_runs_28_and_29() -> None:
+    """Held out: no fp8 serving capture on an H100 was fitted (the H100's bandwidth was, on bf16's loads). With the
+    H200's row factors the 24- and 32-sequence steps come out 11-14 % long on both takes (15-18 % before the H100's
+    bandwidth); its own (run 30) bring every concurrency within 2.6 % of one take, and within 3.7 % of both but at
+    128 sequences, where the two takes lie 9 % apart (7.57 and 6.91 ms)."""
     own = engine_model(CAL, "llama-3-8b", dtype="fp8", gpu_name="h100-sxm")
     shared = replace(CAL, compute=replace(CAL.compute, fp8_gemm_row_factors_by_gpu=()))
     h200s = engine_model(shared, "llama-3-8b", dtype="fp8", gpu_name="h100-sxm")
@@ -405,10 +429,10 @@ def test_the_8b_fp8_decode_step_on_an_h100_is_within_7_5_percent_of_runs_28_and_
     long = []
     for conc, reals in takes.items():
         work = decode_work(conc, FP8_DECODE_CONTEXT)
-        for real in reals:
-            assert own.step_time(work).seconds * 1e3 == pytest.approx(real, rel=0.075), conc
-            if h200s.step_time(work).seconds * 1e3 > 1.15 * real:
-                long.append(conc)
+        step = own.step_time(work).seconds * 1e3
+        assert min(abs(step / real - 1) for real in reals) < 0.027, conc
+        assert max(abs(step / real - 1) for real in reals) < (0.085 if conc == 128 else 0.04), conc
+        long += [conc for real in reals if h200s.step_time(work).seconds * 1e3 > 1.10 * real]
     assert sorted(set(long)) == [24, 32]
 
 
@@ -422,11 +446,11 @@ def _traced_steps_ms(name: str) -> tuple[dict[str, float], float]:
 
 
 # Run 37: the 8B and the 8B fp8 profiled under closed loops of 128-token prompts on an H100 (kit-scripts/exp-wave-profile.sh).
-def test_on_an_h100_the_models_gpu_step_is_4_to_10_percent_longer_than_vllms_traced_one() -> None:
+def test_on_an_h100_the_models_decode_step_is_the_traced_one_and_a_waves_prefill_5_to_10_percent_longer() -> None:
     # Each slice's first step prefills a whole wave of 24 or 48 prompts of 128 tokens (3,072 or 6,144 tokens; unprofiled,
     # vLLM takes such a wave in three steps), then 63 decode steps of the same sequences (contexts of 129-192 tokens).
-    # The model's GPU step is longer than the traced span in all eight, by 3.7-10.1 %: the H100's TPOT and E2E come out
-    # a few per cent high on the captures too (tests/data/vllm/README.md, "Run 37").
+    # Held out from the H100's bandwidth fit: its decode steps within 0.4-4.8 % of the traced spans (3.8-8.2 % long
+    # before it); the wave's prefill, which the SMs bound, 5.0-10.1 % long (tests/data/vllm/README.md, "Run 37").
     for engine, dtype, run in (("8b-fp8-h100-tp1", "fp8", "r37"), ("8b-h100-tp1", "bfloat16", "r37b")):
         model = engine_model(CAL, "llama-3-8b", dtype=dtype, gpu_name="h100-sxm")
         decodes = {}
@@ -435,8 +459,8 @@ def test_on_an_h100_the_models_gpu_step_is_4_to_10_percent_longer_than_vllms_tra
             decodes[conc] = decode
             assert (wave["seqs"], wave["tokens"]) == (conc, 128 * conc)
             work = StepWork(prefill_tokens=128 * conc, prefill_attention_pairs=conc * 128 * 129 / 2, prefill_seqs=conc, sampled_seqs=conc)
-            assert 1.03 < model.gpu_step_time(work).seconds * 1e3 / wave["span"] < 1.12, (engine, conc)
-            assert 1.03 < model.gpu_step_time(decode_work(conc, 160)).seconds * 1e3 / decode < 1.12, (engine, conc)
+            assert 1.04 < model.gpu_step_time(work).seconds * 1e3 / wave["span"] < 1.12, (engine, conc)
+            assert 1.0 < model.gpu_step_time(decode_work(conc, 160)).seconds * 1e3 / decode < 1.05, (engine, conc)
         # real vLLM's fp8 decode step does not grow from 24 to 48 sequences on the H100 (its 17-64-row tile), bf16's does
         growth = decodes[48] / decodes[24]
         assert (growth < 1.01) if dtype == "fp8" else (1.04 < growth < 1.1)
