@@ -39,7 +39,7 @@ import math
 import re
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -247,33 +247,35 @@ FP8_H100_DECODE_RUNS = {
 Runs 28 and 29 took them twice on the 8B; run 31 once on Qwen2.5-14B's shape (held out: model and GPU)."""
 
 
-def load_fp8_h100_decode_itl_p50_ms(data_dir: Path, preset: str = "llama-3-8b") -> dict[int, list[float]]:
-    """The inter-token latency P50 (ms) of :data:`FP8_H100_DECODE_RUNS`' loads of ``preset``, by concurrency: each take's."""
-    prefix, runs = FP8_H100_DECODE_RUNS[preset]
+def _takes_itl_p50_ms(data_dir: Path, prefix: str, runs: tuple[str, ...], concurrencies: Iterable[int]) -> dict[int, list[float]]:
+    """The inter-token latency P50 (ms) of ``<prefix>-loadgen-<run>-d-c<n>.json`` by concurrency n: each run's take."""
     takes: dict[int, list[float]] = {}
     for run in runs:
-        files = {c: f"{prefix}-loadgen-{run}-d-c{c}.json" for c in FP8_DECODE_FILES}
+        files = {c: f"{prefix}-loadgen-{run}-d-c{c}.json" for c in concurrencies}
         for c, itl in _itl_p50_ms(data_dir, files).items():
             takes.setdefault(c, []).append(itl)
     return takes
 
 
+def load_fp8_h100_decode_itl_p50_ms(data_dir: Path, preset: str = "llama-3-8b") -> dict[int, list[float]]:
+    """The inter-token latency P50 (ms) of :data:`FP8_H100_DECODE_RUNS`' loads of ``preset``, by concurrency: each take's."""
+    prefix, runs = FP8_H100_DECODE_RUNS[preset]
+    return _takes_itl_p50_ms(data_dir, prefix, runs, FP8_DECODE_FILES)
+
+
 H100_DECODE_RUNS = ("r28", "r29")
-H100_DECODE_FILES = {c: f"8b-h100-tp1-loadgen-{{run}}-d-c{c}.json" for c in (1, 16, 64, 128)}
-"""The 8B's decode-dominated loads in bf16 on an H100 SXM (128-token prompts, 512-token replies, as run 6's on the
-H200), taken on two machines (runs 28 and 29): what :func:`fit_bandwidth_scale` fits the H100's memory to. Held out
-from it: the fp8 loads of :data:`FP8_H100_DECODE_RUNS`, the H100 lone prefills and run 37's traced steps."""
+H100_DECODE_CONCURRENCIES = (1, 16, 64, 128)
+"""The 8B's decode-dominated loads in bf16 on an H100 SXM (``8b-h100-tp1-loadgen-<run>-d-c<n>.json``: 128-token
+prompts, 512-token replies, as run 6's on the H200), taken on two machines (runs 28 and 29): what
+:func:`fit_bandwidth_scale` fits the H100's memory to. Held out from it: the fp8 loads of
+:data:`FP8_H100_DECODE_RUNS`, the H100 lone prefills and run 37's traced steps."""
 BANDWIDTH_SCALE_GPU = "h100-sxm"
 
 
 def load_h100_decode_itl_p50_ms(data_dir: Path) -> dict[int, list[float]]:
-    """The inter-token latency P50 (ms) of :data:`H100_DECODE_FILES` by concurrency: each take's (runs 28, 29)."""
-    takes: dict[int, list[float]] = {}
-    for run in H100_DECODE_RUNS:
-        files = {c: f.format(run=run) for c, f in H100_DECODE_FILES.items()}
-        for c, itl in _itl_p50_ms(data_dir, files).items():
-            takes.setdefault(c, []).append(itl)
-    return takes
+    """The inter-token latency P50 (ms) of the loads of :data:`H100_DECODE_CONCURRENCIES` by concurrency: each take's
+    (runs 28, 29)."""
+    return _takes_itl_p50_ms(data_dir, "8b-h100-tp1", H100_DECODE_RUNS, H100_DECODE_CONCURRENCIES)
 
 
 def with_bandwidth_scale(cal: Calibration, gpu: str, scale: float) -> Calibration:
@@ -692,6 +694,17 @@ def _rounded(obj: Any) -> Any:
     return obj
 
 
+def _takes_line(engine: str, note: str, conc: int, step_ms: float, takes: list[float], runs: tuple[str, ...]) -> str:
+    """One printed line: the modelled decode step + host beside each run's ITL P50 of the same load."""
+    return (
+        f"{engine} decode step + host at {conc:>3} seqs ({note}): real ITL P50 "
+        + " / ".join(f"{itl:.2f}" for itl in takes)
+        + f" ms (runs {' / '.join(runs)}), simulated {step_ms:.2f} ms ("
+        + " / ".join(f"{step_ms / itl - 1:+.1%}" for itl in takes)
+        + ")"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data_dir", type=Path, help="the real vLLM captures (tests/data/vllm)")
@@ -794,24 +807,12 @@ def main(argv: list[str] | None = None) -> int:
     scale = cal.compute.bandwidth_scale_for(BANDWIDTH_SCALE_GPU)
     for conc, takes in sorted(load_h100_decode_itl_p50_ms(args.data_dir).items()):
         st = eight_h100.step_time(decode_work(conc, DECODE_ONLY_CONTEXT)).seconds * 1e3
-        print(
-            f"8b-h100-tp1 decode step + host at {conc:>3} seqs (bandwidth x {scale} on the H100): real ITL P50 "
-            + " / ".join(f"{itl:.2f}" for itl in takes)
-            + f" ms (runs {' / '.join(H100_DECODE_RUNS)}), simulated {st:.2f} ms ("
-            + " / ".join(f"{st / itl - 1:+.1%}" for itl in takes)
-            + ")"
-        )
+        print(_takes_line("8b-h100-tp1", f"bandwidth x {scale} on the H100", conc, st, takes, H100_DECODE_RUNS))
     for preset, (prefix, runs) in FP8_H100_DECODE_RUNS.items():
         on_h100 = engine_model(cal, preset, dtype="fp8", gpu_name="h100-sxm")
         for conc, takes in sorted(load_fp8_h100_decode_itl_p50_ms(args.data_dir, preset).items()):
             st = on_h100.step_time(decode_work(conc, FP8_DECODE_CONTEXT)).seconds * 1e3
-            print(
-                f"{prefix} decode step + host at {conc:>3} seqs (held out): real ITL P50 "
-                + " / ".join(f"{itl:.2f}" for itl in takes)
-                + f" ms (runs {' / '.join(runs)}), simulated {st:.2f} ms ("
-                + " / ".join(f"{st / itl - 1:+.1%}" for itl in takes)
-                + ")"
-            )
+            print(_takes_line(prefix, "held out", conc, st, takes, runs))
     for run in LONE_PREFILL_RUNS:
         lone_model = lone_prefill_model(cal, run)
         print(

@@ -24,7 +24,7 @@ from kneepoint.simulator.calibration_vllm import (
     FP8_DECODE_CONTEXT,
     FP8_DECODE_FILES,
     FP8_LONE_PREFILL_FIT_TOKENS,
-    H100_DECODE_FILES,
+    H100_DECODE_CONCURRENCIES,
     MEAN_DECODE_CONTEXT,
     PROMPT,
     engine_model,
@@ -400,7 +400,7 @@ def test_the_shipped_h100_bandwidth_scale_is_the_fit_and_brings_its_bf16_decode_
     # Runs 28 and 29's 8B bf16 decode loads on two H100 machines (128-token prompts, 512 out, c1-c128). With the H200's
     # share of the datasheet bandwidth every step was 1.2-6.2 % long; the fit gives the H100 4.5 % more of its own.
     takes = load_h100_decode_itl_p50_ms(DATA)
-    assert sorted(takes) == sorted(H100_DECODE_FILES) and all(len(t) == 2 for t in takes.values())
+    assert sorted(takes) == sorted(H100_DECODE_CONCURRENCIES) and all(len(t) == 2 for t in takes.values())
     assert fit_bandwidth_scale(takes, CAL) == pytest.approx(CAL.compute.bandwidth_scale_for("h100-sxm"), rel=0.002)
     assert 1.03 < CAL.compute.bandwidth_scale_for("h100-sxm") < 1.06
     unscaled = with_bandwidth_scale(CAL, "h100-sxm", 1.0)
