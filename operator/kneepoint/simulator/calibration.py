@@ -84,7 +84,7 @@ class ComputeCalibration:
     the GPU the efficiencies were fitted on (the H200): both bandwidth efficiencies are multiplied by the factor on that
     type. The H100 SXM's HBM3 streams an 8B decode step's weights about 4 % nearer its datasheet rate than the H200's
     HBM3e (runs 28-29's bf16 decode loads; run 37's traced steps agree), so one share for both made every H100 decode
-    step 2-7 % long. Fitted by ``calibration_vllm.fit_bandwidth_scale``; a type not listed: 1."""
+    step 1-7 % long. Fitted by ``calibration_vllm.fit_bandwidth_scale``; a type not listed: 1."""
 
     def bandwidth_scale_for(self, gpu: str | None) -> float:
         """The factor on both bandwidth efficiencies for catalogue GPU ``gpu`` (1 where none was fitted)."""
