@@ -217,6 +217,10 @@ STAGE_RUNS = {
     "1b-one-host": ("1b-tp1", "h100-sxm"),
     "8b-fp8-one-host": ("8b-fp8-h100-tp1", None),
     "14b-fp8-one-host": ("14b-fp8-h100-tp1", None),
+    # Run 39: the same script on another H100 machine, the 8B bf16 in the 14B fp8's place (kit-scripts/exp-launch.sh).
+    "1b-one-host-2": ("1b-tp1", "h100-sxm"),
+    "8b-one-host-2": ("8b-h100-tp1", None),
+    "8b-fp8-one-host-2": ("8b-fp8-h100-tp1", None),
 }
 STAGE_HOST_RUNS = ("1b-h100", "1b-render", "1b-loop")  # runs 25-27: the 1B's loads on three H100 machines' hosts
 # Runs 28-29 and 37's closed loops of 128-token prompts, by their output length (kit-scripts/exp-retakes.sh: the 8B's
@@ -230,7 +234,8 @@ STAGE_WAVE_OUTPUT = {
     "8b-waves-3": 256,
 }
 STAGE_WAVE_RUNS = tuple(STAGE_WAVE_OUTPUT)
-STAGE_ONE_HOST_RUNS = ("1b-one-host", "8b-fp8-one-host", "14b-fp8-one-host")  # run 38
+# Runs 38 and 39 (kit-scripts/exp-lone-waves.sh, each engine on one host).
+STAGE_ONE_HOST_RUNS = ("1b-one-host", "8b-fp8-one-host", "14b-fp8-one-host", "1b-one-host-2", "8b-one-host-2", "8b-fp8-one-host-2")
 
 
 def stage_load_shape(run: str, label: str) -> tuple[int, int]:
@@ -311,7 +316,7 @@ def main() -> None:
     parser.add_argument(
         "--stage-loads",
         action="store_true",
-        help="replay instead the stamped closed loops of runs 19-21 (H200), 25-27 (the 1B, H100), 28-29 and 37-38 (H100)",
+        help="replay instead the stamped closed loops of runs 19-21 (H200), 25-27 (the 1B, H100), 28-29 and 37-39 (H100)",
     )
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--output-us-per-output", type=float, default=None, help="default: the shipped calibration's")

@@ -65,6 +65,9 @@ RUNS = {
     "1b-one-host": ("1b-h100-tp1-r38-stages.json.gz", "1b-tp1", "run 38"),
     "8b-fp8-one-host": ("8b-fp8-h100-tp1-r38b-stages.json.gz", "8b-fp8-h100-tp1", "run 38"),
     "14b-fp8-one-host": ("14b-fp8-h100-tp1-r38c-stages.json.gz", "14b-fp8-h100-tp1", "run 38"),
+    "1b-one-host-2": ("1b-h100-tp1-r39-stages.json.gz", "1b-tp1", "run 39"),
+    "8b-one-host-2": ("8b-h100-tp1-r39b-stages.json.gz", "8b-h100-tp1", "run 39"),
+    "8b-fp8-one-host-2": ("8b-fp8-h100-tp1-r39c-stages.json.gz", "8b-fp8-h100-tp1", "run 39"),
     "14b-fp8": ("14b-fp8-h100-tp1-r32-stages.json.gz", "14b-fp8-h100-tp1", "run 32"),
     "8b-fp8-lone": ("8b-fp8-h100-tp1-r33-stages.json.gz", "8b-fp8-h100-tp1", "run 33"),
 }
