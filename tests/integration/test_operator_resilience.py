@@ -105,7 +105,17 @@ def test_operator_killed_while_load_testing_resumes_without_measuring_twice(
         resumed = exps.wait_finished(killed_ns, name, 240)
     reference = exps.wait_finished(namespace, name, 240)
     assert reference["phase"] == resumed["phase"] == "Decided", (reference.get("message"), resumed.get("message"))
-    assert _outcome(resumed) == _outcome(reference)
+    # What the crash must not change: the tiers up to the one it interrupted, and TP2's measurement, kept from before
+    # it. Where the step rule stops after TP4 turns on each run's own measurements (TP2 -> TP4 gains about the
+    # example's 0.50, and the simulators share two cores), not on the crash: one clean-clone CI run measured TP8 in
+    # the resumed run and not in the reference, both decided by throughput-gain.
+    upto = ("tp1-pp1", "tp2-pp1", "tp4-pp1")
+    assert [_outcome(s)[0][: len(upto)] for s in (resumed, reference)] == [
+        tuple(zip(upto, ("Skipped", "Measured", "Measured"), strict=True))
+    ] * 2
+    assert tier(resumed, "tp2-pp1")["outputTokensPerSecond"] == tier(at_kill, "tp2-pp1")["outputTokensPerSecond"]
+    for s in (resumed, reference):
+        assert s["decision"]["rule"] in ("throughput-gain", "p99-degradation"), s["decision"]
 
     measured = [t for t in resumed["tiers"] if t["phase"] == "Measured"]
     assert all(t["attempts"] == 1 for t in measured)
