@@ -68,6 +68,8 @@ RUNS = {
     "1b-one-host-2": ("1b-h100-tp1-r39-stages.json.gz", "1b-tp1", "run 39"),
     "8b-one-host-2": ("8b-h100-tp1-r39b-stages.json.gz", "8b-h100-tp1", "run 39"),
     "8b-fp8-one-host-2": ("8b-fp8-h100-tp1-r39c-stages.json.gz", "8b-fp8-h100-tp1", "run 39"),
+    "8b-short-c128": ("8b-h100-tp1-r40-stages.json.gz", "8b-h100-tp1", "run 40"),
+    "8b-fp8-short-c128": ("8b-fp8-h100-tp1-r40b-stages.json.gz", "8b-fp8-h100-tp1", "run 40"),
     "14b-fp8": ("14b-fp8-h100-tp1-r32-stages.json.gz", "14b-fp8-h100-tp1", "run 32"),
     "8b-fp8-lone": ("8b-fp8-h100-tp1-r33-stages.json.gz", "8b-fp8-h100-tp1", "run 33"),
 }
