@@ -26,9 +26,10 @@ before the prompt reaches the renderer's one worker thread, that thread's queue,
 set between loads): per load, the switch interval, the client's TTFT P50 and the wave-boundary columns above.
 `--run 1b-loop` prints run 27 instead: per load, where the collector was off, the TTFT P50, each process's
 collections, what the sampler saw the API server's loop thread in, and how long the renderer's idle worker thread
-took to start a submitted prompt.
+took to start a submitted prompt. `--decode-by-context` prints only runs 28, 29 and 40's decode steps of 128
+sequences (H100), every 32 steps by their context, beside the model's.
 
-    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|1b-h100|1b-render|1b-loop|all] [--p90]
+    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|1b-h100|1b-render|1b-loop|all] [--p90] [--decode-by-context]
 """
 
 from __future__ import annotations
@@ -524,11 +525,56 @@ def print_loop_run() -> None:
         print(f"| {label} | " + " | ".join(cells) + " |")
 
 
+def decode_by_context(run: str, label: str, seqs: int = 128, prompt: int = 128) -> list[tuple[int, float]]:
+    """(context, median launch-to-launch ms) of each 32 steps of one load's runs of decode-only steps at ``seqs``
+    sequences: a wave's requests decode together, so a step's context is the prompt and its place in the run."""
+    bins, steps = [], []
+    for x in [*launches(run, label), None]:
+        if x is not None and x.tokens == x.seqs:
+            steps.append(x)
+            continue
+        if len(steps) >= 24:
+            for i in range(0, len(steps) - 7, 32):
+                part = [s.interval_ms for s in steps[i : i + 32] if s.seqs == seqs]
+                if len(part) >= 8:
+                    bins.append((prompt + i + len(steps[i : i + 32]) // 2, median(part)))
+        steps = []
+    return bins
+
+
+# Runs 28-29 and 40's loads of 128-token prompts at c128 (H100): the decode step of 128 sequences by its context.
+DECODE_BY_CONTEXT = (
+    ("8b-waves", "c128"),
+    ("8b-waves-2", "c128"),
+    ("8b-short-c128", "c128-p128"),
+    ("8b-short-c128", "c128-d"),
+    ("8b-fp8-short-c128", "c128-p128"),
+    ("8b-fp8-short-c128", "c128-d"),
+)
+
+
+def print_decode_by_context() -> None:
+    from kneepoint.simulator.perf_model import decode_work
+
+    print("\n## Runs 28, 29 and 40: 128 sequences decoding by their context (H100), launch to launch, ms\n")
+    print("| run | load | context (tokens) | vLLM, median of 32 steps | the model | error |")
+    print("|---|---|---|---|---|---|")
+    for run, label in DECODE_BY_CONTEXT:
+        perf, _ = model(run)
+        for ctx, real in decode_by_context(run, label):
+            sim = perf.step_time(decode_work(128, ctx)).seconds * 1e3
+            print(f"| {RUNS[run][2]} ({run}) | {label} | {ctx} | {real:.2f} | {sim:.2f} | {sim / real - 1:+.1%} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", choices=[*STAGE_RUNS, SWITCH_RUN, RENDER_RUN, LOOP_RUN, "all"], default="all")
     parser.add_argument("--p90", action="store_true", help="P90s beside the medians")
+    parser.add_argument("--decode-by-context", action="store_true", help="only runs 28, 29 and 40's decode steps at 128 sequences")
     args = parser.parse_args(argv)
+    if args.decode_by_context:
+        print_decode_by_context()
+        return 0
     if args.run in (SWITCH_RUN, "all"):
         print_switch_run()
     if args.run in (RENDER_RUN, "all"):

@@ -714,23 +714,6 @@ def test_on_run_39s_host_a_vcpu_runs_python_at_one_of_two_speeds() -> None:
     assert len([ms for ms in h200 if 11.5 < ms < 14.9]) > len(h200) / 2
 
 
-def _decode_bins(run: str, label: str, seqs: int = 128, prompt: int = 128) -> list[tuple[int, float]]:
-    """(context, median launch-to-launch ms) of each 32 steps of one load's runs of decode-only steps at ``seqs``
-    sequences: a wave's decodes run together, so a step's context is the prompt and its place in the run."""
-    bins, run_steps = [], []
-    for x in [*stages.launches(run, label), None]:
-        if x is not None and x.tokens == x.seqs:
-            run_steps.append(x)
-            continue
-        if len(run_steps) >= 24:
-            for i in range(0, len(run_steps) - 7, 32):
-                part = [s.interval_ms for s in run_steps[i : i + 32] if s.seqs == seqs]
-                if len(part) >= 8:
-                    bins.append((prompt + i + len(run_steps[i : i + 32]) // 2, stages.median(part)))
-        run_steps = []
-    return bins
-
-
 def test_on_an_h100_128_short_sequences_decode_half_a_millisecond_above_the_model_what_bf16s_gemms_add_at_128_rows() -> None:
     # Run 40 (kit-scripts/exp-c128-short.sh): run 9's 128/128 load at c128 and one 128/512 wave, stamped, on an H100.
     # 128 sequences decode in 8.6-8.7 ms at 144-176 tokens of context (half the steps of a load within 0.3 ms of its
@@ -743,11 +726,11 @@ def test_on_an_h100_128_short_sequences_decode_half_a_millisecond_above_the_mode
     quarter = sorted(steps)[len(steps) // 4 : 3 * len(steps) // 4]
     assert 8.5 < stages.median(steps) < 8.9 and quarter[-1] - quarter[0] < 0.3
     for run, label in (("8b-short-c128", "c128-p128"), ("8b-short-c128", "c128-d"), ("8b-waves", "c128"), ("8b-waves-2", "c128")):
-        bins = _decode_bins(run, label)
+        bins = stages.decode_by_context(run, label)
         gaps = [real - perf.step_time(decode_work(128, ctx)).seconds * 1e3 for ctx, real in bins]
         assert bins[0][0] == 144 and 0.35 < gaps[0] < 0.85, (run, label)
         assert all(abs(g) < 0.3 for (ctx, _), g in zip(bins, gaps, strict=True) if ctx >= 464), (run, label)
-    assert 10.3 < _decode_bins("8b-short-c128", "c128-d")[12][1] < 10.6
+    assert 10.3 < stages.decode_by_context("8b-short-c128", "c128-d")[12][1] < 10.6
     gemms = load_gemm_rows(stages.DATA, "bf16", "h100-sxm")[("8b", 1)]
     assert 1.06 < gemms[128] / gemms[16] < 1.1 and 0.32 < (gemms[128] - gemms[16]) * perf.shape.num_layers / 1e3 < 0.5
     weights = perf.deployment.weight_bytes_per_gpu / perf._weight_bw
