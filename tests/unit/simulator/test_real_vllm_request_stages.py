@@ -717,7 +717,7 @@ def test_on_run_39s_host_a_vcpu_runs_python_at_one_of_two_speeds() -> None:
 def test_on_an_h100_128_short_sequences_decode_half_a_millisecond_above_the_model_what_bf16s_gemms_add_at_128_rows() -> None:
     # Run 40 (kit-scripts/exp-c128-short.sh): run 9's 128/128 load at c128 and one 128/512 wave, stamped, on an H100.
     # 128 sequences decode in 8.6-8.7 ms at 144-176 tokens of context (half the steps of a load within 0.3 ms of its
-    # median: no CPU jitter), 10.45 at 528. The model is 0.4-0.8 ms (5-9 %) short at 144 tokens in every take (runs
+    # median: no CPU jitter), 10.45 at 528. The model is 0.4-0.8 ms (4.6-9 %) short at 144 tokens in every take (runs
     # 28-29's waves too) and within 0.3 ms from 500 on: its KV read rises faster with the context than vLLM's. bf16's
     # cuBLAS GEMMs take 1.08x their 1-16-row time at 128 rows on the H100 (run 30; 1.12x on the H200, run 12), 13 us
     # a layer of the 8B, 0.42 ms a step, which the roofline does not give (the weights still bind at 128 rows).
