@@ -535,9 +535,10 @@ def decode_by_context(run: str, label: str, seqs: int = 128, prompt: int = 128) 
             continue
         if len(steps) >= 24:
             for i in range(0, len(steps) - 7, 32):
-                part = [s.interval_ms for s in steps[i : i + 32] if s.seqs == seqs]
+                chunk = steps[i : i + 32]
+                part = [s.interval_ms for s in chunk if s.seqs == seqs]
                 if len(part) >= 8:
-                    bins.append((prompt + i + len(steps[i : i + 32]) // 2, median(part)))
+                    bins.append((prompt + i + len(chunk) // 2, median(part)))
         steps = []
     return bins
 
