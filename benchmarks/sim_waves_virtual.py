@@ -224,6 +224,9 @@ STAGE_RUNS = {
     # Run 40: run 9's 128/128 c128 load, one wave of 128/512 and 128/128 at c64, on an H100 (kit-scripts/exp-c128-short.sh).
     "8b-short-c128": ("8b-h100-tp1", None),
     "8b-fp8-short-c128": ("8b-fp8-h100-tp1", None),
+    # Run 41: the same script on an H100 again, the 8B fp8 (a second take) and the 14B fp8 (held out at these loads).
+    "8b-fp8-short-c128-2": ("8b-fp8-h100-tp1", None),
+    "14b-fp8-short-c128": ("14b-fp8-h100-tp1", None),
 }
 STAGE_HOST_RUNS = ("1b-h100", "1b-render", "1b-loop")  # runs 25-27: the 1B's loads on three H100 machines' hosts
 # Runs 28-29 and 37's closed loops of 128-token prompts, by their output length (kit-scripts/exp-retakes.sh: the 8B's
@@ -239,9 +242,9 @@ STAGE_WAVE_OUTPUT = {
 STAGE_WAVE_RUNS = tuple(STAGE_WAVE_OUTPUT)
 # Runs 38 and 39 (kit-scripts/exp-lone-waves.sh, each engine on one host).
 STAGE_ONE_HOST_RUNS = ("1b-one-host", "8b-fp8-one-host", "14b-fp8-one-host", "1b-one-host-2", "8b-one-host-2", "8b-fp8-one-host-2")
-# Run 40's loads (kit-scripts/exp-c128-short.sh): (prompt words, output tokens) by label.
+# Runs 40-41's loads (kit-scripts/exp-c128-short.sh): (prompt words, output tokens) by label.
 STAGE_SHORT_LOADS = {"c128-p128": (128, 128), "c128-d": (128, 512), "c64-p128": (128, 128)}
-STAGE_SHORT_RUNS = ("8b-short-c128", "8b-fp8-short-c128")
+STAGE_SHORT_RUNS = ("8b-short-c128", "8b-fp8-short-c128", "8b-fp8-short-c128-2", "14b-fp8-short-c128")
 
 
 def stage_load_shape(run: str, label: str) -> tuple[int, int]:

@@ -71,6 +71,8 @@ RUNS = {
     "8b-fp8-one-host-2": ("8b-fp8-h100-tp1-r39c-stages.json.gz", "8b-fp8-h100-tp1", "run 39"),
     "8b-short-c128": ("8b-h100-tp1-r40-stages.json.gz", "8b-h100-tp1", "run 40"),
     "8b-fp8-short-c128": ("8b-fp8-h100-tp1-r40b-stages.json.gz", "8b-fp8-h100-tp1", "run 40"),
+    "8b-fp8-short-c128-2": ("8b-fp8-h100-tp1-r41-stages.json.gz", "8b-fp8-h100-tp1", "run 41"),
+    "14b-fp8-short-c128": ("14b-fp8-h100-tp1-r41b-stages.json.gz", "14b-fp8-h100-tp1", "run 41"),
     "14b-fp8": ("14b-fp8-h100-tp1-r32-stages.json.gz", "14b-fp8-h100-tp1", "run 32"),
     "8b-fp8-lone": ("8b-fp8-h100-tp1-r33-stages.json.gz", "8b-fp8-h100-tp1", "run 33"),
 }
@@ -543,7 +545,7 @@ def decode_by_context(run: str, label: str, seqs: int = 128, prompt: int = 128) 
     return bins
 
 
-# Runs 28-29 and 40's loads of 128-token prompts at c128 (H100): the decode step of 128 sequences by its context.
+# Runs 28-29 and 40-41's loads of 128-token prompts at c128 (H100): the decode step of 128 sequences by its context.
 DECODE_BY_CONTEXT = (
     ("8b-waves", "c128"),
     ("8b-waves-2", "c128"),
@@ -551,13 +553,17 @@ DECODE_BY_CONTEXT = (
     ("8b-short-c128", "c128-d"),
     ("8b-fp8-short-c128", "c128-p128"),
     ("8b-fp8-short-c128", "c128-d"),
+    ("8b-fp8-short-c128-2", "c128-p128"),
+    ("8b-fp8-short-c128-2", "c128-d"),
+    ("14b-fp8-short-c128", "c128-p128"),
+    ("14b-fp8-short-c128", "c128-d"),
 )
 
 
 def print_decode_by_context() -> None:
     from kneepoint.simulator.perf_model import decode_work
 
-    print("\n## Runs 28, 29 and 40: 128 sequences decoding by their context (H100), launch to launch, ms\n")
+    print("\n## Runs 28, 29, 40 and 41: 128 sequences decoding by their context (H100), launch to launch, ms\n")
     print("| run | load | context (tokens) | vLLM, median of 32 steps | the model | error |")
     print("|---|---|---|---|---|---|")
     for run, label in DECODE_BY_CONTEXT:
@@ -571,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", choices=[*STAGE_RUNS, SWITCH_RUN, RENDER_RUN, LOOP_RUN, "all"], default="all")
     parser.add_argument("--p90", action="store_true", help="P90s beside the medians")
-    parser.add_argument("--decode-by-context", action="store_true", help="only runs 28, 29 and 40's decode steps at 128 sequences")
+    parser.add_argument("--decode-by-context", action="store_true", help="only runs 28, 29, 40 and 41's decode steps at 128 sequences")
     args = parser.parse_args(argv)
     if args.decode_by_context:
         print_decode_by_context()

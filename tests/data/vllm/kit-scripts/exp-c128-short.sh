@@ -6,6 +6,8 @@
 # 128/128 at c64; then, unstamped, the load generator with run 9's p128-c128 flags (a second take of that capture);
 # the host's launch and per-vCPU probes (run 39's) before the first engine.
 # `exp-c128-short.sh RUN:ARGS_FILE...` (run 40: r40:engine-args-realfit.txt r40b:engine-args-8b-fp8.txt).
+# Run 41: r41:engine-args-8b-fp8.txt, then the 14B fp8 after make_qwen14b.py with r41b:engine-args-14b-fp8-tok.txt (the
+# script makes no model folder and names no tokenizer: tests/data/vllm/README.md, "Run 41").
 set -u
 S=$(cd "$(dirname "$0")" && pwd)
 K=$PWD/.device-kit/scripts

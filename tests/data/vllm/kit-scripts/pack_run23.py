@@ -1,4 +1,4 @@
-"""Runs 23's, 24's, 28's, 29's, 31's, 32's, 33's, 37's and 40's archives -> tests/data/vllm: each load as ``8b-tp1-loadgen-r23-<load>.json`` (run 24, on an
+"""Runs 23's, 24's, 28's, 29's, 31's, 32's, 33's, 37's, 40's and 41's archives -> tests/data/vllm: each load as ``8b-tp1-loadgen-r23-<load>.json`` (run 24, on an
 H100: ``8b-h100-tp1-loadgen-r24-<load>.json``) (the load generator's
 summary, config, repeat rule and repeats, plus ``engineFlags``: the engine's flags that differ from the 8B captures'
 replay flags, benchmarks/sim_vs_real_vllm.py) and ``...-requests.json.gz`` (every request, without its ITL list, to
@@ -13,6 +13,7 @@ keep the tree small enough for the device calls' 64 MiB), and the engine's start
     python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r33x tests/data/vllm r33
     python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r37x tests/data/vllm r37 r37b
     python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r40x tests/data/vllm r40 r40b
+    python3 tests/data/vllm/kit-scripts/pack_run23.py /tmp/r41x tests/data/vllm r41 r41b
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ RUNS = {  # run folder: (its engine's flags, the captures' model prefix)
     # Run 9's 128/128 c128 load again after the stamped loops (exp-c128-short.sh), stamps off.
     "r40": ("engine-args-realfit.txt", "8b-tp1"),
     "r40b": ("engine-args-8b-fp8.txt", "8b-fp8-tp1"),
+    # The same script with the 8B fp8 again and the 14B fp8 (its tokenizer named: the flags ran as this file holds them).
+    "r41": ("engine-args-8b-fp8.txt", "8b-fp8-tp1"),
+    "r41b": ("engine-args-14b-fp8-tok.txt", "14b-fp8-tp1"),
 }
 
 
