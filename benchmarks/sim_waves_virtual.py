@@ -327,7 +327,7 @@ def main() -> None:
     parser.add_argument(
         "--stage-loads",
         action="store_true",
-        help="replay instead the stamped closed loops of runs 19-21 (H200), 25-27 (the 1B, H100), 28-29 and 37-40 (H100)",
+        help="replay instead the stamped closed loops of runs 19-21 (H200), 25-27 (the 1B, H100), 28-29 and 37-41 (H100)",
     )
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--output-us-per-output", type=float, default=None, help="default: the shipped calibration's")

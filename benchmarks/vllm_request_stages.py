@@ -26,7 +26,7 @@ before the prompt reaches the renderer's one worker thread, that thread's queue,
 set between loads): per load, the switch interval, the client's TTFT P50 and the wave-boundary columns above.
 `--run 1b-loop` prints run 27 instead: per load, where the collector was off, the TTFT P50, each process's
 collections, what the sampler saw the API server's loop thread in, and how long the renderer's idle worker thread
-took to start a submitted prompt. `--decode-by-context` prints only runs 28, 29 and 40's decode steps of 128
+took to start a submitted prompt. `--decode-by-context` prints only runs 28, 29, 40 and 41's decode steps of 128
 sequences (H100), every 32 steps by their context, beside the model's.
 
     .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|1b-h100|1b-render|1b-loop|all] [--p90] [--decode-by-context]

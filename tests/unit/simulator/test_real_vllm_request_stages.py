@@ -1,4 +1,4 @@
-"""Runs 19-22, 24-29 and 37-40 (tests/data/vllm/README.md): real vLLM 0.24 stamped request by request, the 1B, 8B,
+"""Runs 19-22, 24-29 and 37-41 (tests/data/vllm/README.md): real vLLM 0.24 stamped request by request, the 1B, 8B,
 14B, 70B fp8 on an H200, the 8B on an H100 at 256 in flight, the 1B on three H100 machines' hosts, and the 1B, 8B,
 8B fp8 and 14B fp8 in waves on H100 machines.
 
