@@ -786,3 +786,33 @@ def test_run_41_the_short_context_gap_is_the_kv_reads_slope_in_three_engines_and
     for run, fast_vcpus in (("r40", [7, 5]), ("r41", [14, 9])):
         loop = [r["pyLoopMs"] for r in _probe(f"h100-host-probe-{run}.jsonl")]
         assert [len([ms for ms in loop[i * 16 : (i + 1) * 16] if ms < 11.6]) for i in (0, 1)] == fast_vcpus, run
+
+
+def test_run_42_the_decode_attention_kernel_alone_reads_the_kv_cache_near_the_datasheet_rate_and_steps_every_128_tokens() -> None:
+    # Run 42 (kit-scripts/exp-attn-context.sh, an H100): vLLM 0.24's FlashAttention 3 decode call alone (paged KV of
+    # 16-token blocks, AOT scheduler metadata, 32 splits as under its CUDA graphs), by context, 8B and 14B head shapes.
+    rows = _probe("h100-attn-by-context-r42.jsonl")
+    attn = {(r["shape"], r["batch"], r["ctx"]): r["us_p50"] for r in rows if r["what"] == "attn" and r["splits"] == 32}
+    assert not [r for r in rows if r["what"] == "error"]
+    copy = next(r for r in rows if r["what"] == "copy")
+    assert 2950 < copy["gbps"] < 3100  # a 2 GiB copy: 3.02 TB/s read and written
+    # From 400 tokens on, 128 sequences' kernel adds 0.162 us a token of context a layer: 3.24 TB/s of KV read, above
+    # the copy's rate and 97 % of the datasheet's 3.35, where the model reads the KV cache at 2.83 TB/s.
+    xs = [c for (s, b, c) in attn if s == "8b" and b == 128 and c >= 400]
+    mx, my = sum(xs) / len(xs), sum(attn[("8b", 128, c)] for c in xs) / len(xs)
+    slope = sum((c - mx) * (attn[("8b", 128, c)] - my) for c in xs) / sum((c - mx) ** 2 for c in xs)
+    kv_bytes_per_token = 128 * 8 * 128 * 2 * 2  # 128 sequences, 8 KV heads of 128, K and V, bf16: one layer
+    assert 3.1e12 < kv_bytes_per_token / (slope * 1e-6) < 3.35e12
+    perf, _ = stages.model("8b-short-c128")
+    assert 2.7e12 < perf._kv_bw < 2.95e12
+    # The kernel steps up each time the context passes a multiple of 128 (6-11 us a layer at 128 sequences, 0.2-0.36 ms
+    # a step of the 8B's 32 layers: runs 40-41's steps at 272, 400 and 528 tokens), and at 32 sequences it is flat from
+    # 144 to 256 tokens (a floor, not the KV read). Its rise from 144 to 624 tokens, 32 layers, is run 40's step's.
+    for edge in (256, 384, 512):
+        jump = attn[("8b", 128, edge + 16)] - attn[("8b", 128, edge)]
+        assert 5 < jump < 12 and jump > 2 * (attn[("8b", 128, edge)] - attn[("8b", 128, edge - 16)]), edge
+    assert max(attn[("8b", 32, c)] for c in range(144, 257, 16)) - attn[("8b", 32, 144)] < 0.5
+    step = dict(stages.decode_by_context("8b-short-c128", "c128-d"))
+    assert abs(32 * (attn[("8b", 128, 624)] - attn[("8b", 128, 144)]) / 1e3 / (step[623] - step[144]) - 1) < 0.05
+    # The KV heads set the time: the 14B's 40 query heads take the 8B's 32's within 5 %.
+    assert all(abs(attn[("14b", b, c)] / attn[("8b", b, c)] - 1) < 0.05 for (s, b, c) in attn if s == "8b")
