@@ -26,8 +26,8 @@ before the prompt reaches the renderer's one worker thread, that thread's queue,
 set between loads): per load, the switch interval, the client's TTFT P50 and the wave-boundary columns above.
 `--run 1b-loop` prints run 27 instead: per load, where the collector was off, the TTFT P50, each process's
 collections, what the sampler saw the API server's loop thread in, and how long the renderer's idle worker thread
-took to start a submitted prompt. `--decode-by-context` prints only runs 28, 29, 40 and 41's decode steps of 128
-sequences (H100), every 32 steps by their context, beside the model's.
+took to start a submitted prompt. `--decode-by-context` prints only the decode steps of 128 sequences in the c128
+loads of ``DECODE_BY_CONTEXT`` (H100), every 32 steps by their context, beside the model's.
 
     .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|1b-h100|1b-render|1b-loop|all] [--p90] [--decode-by-context]
 """
@@ -560,10 +560,16 @@ DECODE_BY_CONTEXT = (
 )
 
 
+def decode_by_context_runs() -> str:
+    """The runs ``DECODE_BY_CONTEXT`` reads, as a heading says them ("runs 28, 29, 40 and 41")."""
+    numbers = list(dict.fromkeys(RUNS[run][2].removeprefix("run ") for run, _ in DECODE_BY_CONTEXT))
+    return "runs " + ", ".join(numbers[:-1]) + " and " + numbers[-1]
+
+
 def print_decode_by_context() -> None:
     from kneepoint.simulator.perf_model import decode_work
 
-    print("\n## Runs 28, 29, 40 and 41: 128 sequences decoding by their context (H100), launch to launch, ms\n")
+    print(f"\n## {decode_by_context_runs().capitalize()}: 128 sequences decoding by their context (H100), launch to launch, ms\n")
     print("| run | load | context (tokens) | vLLM, median of 32 steps | the model | error |")
     print("|---|---|---|---|---|---|")
     for run, label in DECODE_BY_CONTEXT:
@@ -577,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", choices=[*STAGE_RUNS, SWITCH_RUN, RENDER_RUN, LOOP_RUN, "all"], default="all")
     parser.add_argument("--p90", action="store_true", help="P90s beside the medians")
-    parser.add_argument("--decode-by-context", action="store_true", help="only runs 28, 29, 40 and 41's decode steps at 128 sequences")
+    parser.add_argument("--decode-by-context", action="store_true", help=f"only {decode_by_context_runs()}'s decode steps at 128 sequences")
     args = parser.parse_args(argv)
     if args.decode_by_context:
         print_decode_by_context()

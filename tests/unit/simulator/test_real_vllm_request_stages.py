@@ -766,14 +766,15 @@ def test_run_41_the_short_context_gap_is_the_kv_reads_slope_in_three_engines_and
     first = dict(stages.decode_by_context("8b-fp8-short-c128", "c128-d"))
     second = dict(stages.decode_by_context("8b-fp8-short-c128-2", "c128-d"))
     assert first.keys() == second.keys() and max(abs(first[c] - second[c]) for c in first) < 0.12
+    curves = {}  # run: (vLLM's step by context, the model's)
     for run in ("8b-short-c128", "8b-fp8-short-c128-2", "14b-fp8-short-c128"):
         perf, _ = stages.model(run)
         bins = dict(stages.decode_by_context(run, "c128-d"))
         model = {ctx: perf.step_time(decode_work(128, ctx)).seconds * 1e3 for ctx in bins}
         assert 0.74 < (bins[623] - bins[144]) / (model[623] - model[144]) < 0.83, run
-    held_out = dict(stages.decode_by_context("14b-fp8-short-c128", "c128-d"))
-    perf, _ = stages.model("14b-fp8-short-c128")
-    errors = {ctx: perf.step_time(decode_work(128, ctx)).seconds * 1e3 / real - 1 for ctx, real in held_out.items()}
+        curves[run] = bins, model
+    held_out, model = curves["14b-fp8-short-c128"]
+    errors = {ctx: model[ctx] / real - 1 for ctx, real in held_out.items()}
     assert -0.08 < errors[144] < -0.06 and all(abs(e) < 0.02 for ctx, e in errors.items() if ctx >= 464)
     # The same load on two H100 machines: run 41's host ran host_probe.py's pinned loop at 8.8-9.5 ms on 14 and 9 of
     # 16 vCPUs (run 40's: 7 and 5 under 11.6 ms, at 9.5-11.5; most of the rest 15-21 ms on both). Its 8B fp8 waves
@@ -798,9 +799,7 @@ def test_run_42_the_decode_attention_kernel_alone_reads_the_kv_cache_near_the_da
     assert 2950 < copy["gbps"] < 3100  # a 2 GiB copy: 3.02 TB/s read and written
     # From 400 tokens on, 128 sequences' kernel adds 0.162 us a token of context a layer: 3.24 TB/s of KV read, above
     # the copy's rate and 97 % of the datasheet's 3.35, where the model reads the KV cache at 2.83 TB/s.
-    xs = [c for (s, b, c) in attn if s == "8b" and b == 128 and c >= 400]
-    mx, my = sum(xs) / len(xs), sum(attn[("8b", 128, c)] for c in xs) / len(xs)
-    slope = sum((c - mx) * (attn[("8b", 128, c)] - my) for c in xs) / sum((c - mx) ** 2 for c in xs)
+    _, slope = stages.slope([(c, us) for (s, b, c), us in attn.items() if s == "8b" and b == 128 and c >= 400])
     kv_bytes_per_token = 128 * 8 * 128 * 2 * 2  # 128 sequences, 8 KV heads of 128, K and V, bf16: one layer
     assert 3.1e12 < kv_bytes_per_token / (slope * 1e-6) < 3.35e12
     perf, _ = stages.model("8b-short-c128")
