@@ -126,6 +126,16 @@ def cuda_graph_padded_tokens(tokens: int, graph_max_tokens: int) -> int:
     return min(-(-tokens // step) * step, graph_max_tokens)
 
 
+def smooth_max(a: float, b: float, k: float) -> float:
+    """The roofline's smooth maximum (a^k + b^k)^(1/k) of two non-negative times, computed on their ratio to the
+    larger: with the fitted k near 100, a time under about 0.6 ms raised to k leaves the float range (1e-308) and
+    the sum would drop it (a 1B's weights at TP2, an 8B's at TP8)."""
+    hi = max(a, b)
+    if hi <= 0.0:
+        return 0.0
+    return hi * ((a / hi) ** k + (b / hi) ** k) ** (1.0 / k)
+
+
 def row_factor(table: tuple[tuple[int, float], ...], rows: int) -> float:
     """The table's factor at ``rows`` (linear between its rows, 1 before the first, the last after it)."""
     if not table or rows < table[0][0]:
@@ -340,8 +350,7 @@ class PerfModel:
         t_c = self._linear_flops_per_token * tokens / self._flops + other_flops / self._bf16_flops
         if self._elementwise_bytes_per_token:
             t_c += self._elementwise_bytes_per_token * tokens / self._weight_bw
-        k = self._k
-        t_main = (t_w**k + t_c**k) ** (1.0 / k) if t_c > 0 else t_w
+        t_main = smooth_max(t_w, t_c, self._k)
         kv_tokens = (work.decode_context_tokens + work.prefill_prior_tokens) * micro
         t_kv = kv_tokens * self.deployment.kv_bytes_per_token_per_gpu / self._kv_bw
         return self._overhead + t_main + t_kv

@@ -23,6 +23,7 @@ from kneepoint.simulator.perf_model import (
     prefill_work,
     row_factor,
     shape_from_architecture,
+    smooth_max,
 )
 
 CAL = load_calibration()
@@ -65,6 +66,28 @@ def test_more_work_never_takes_less_time(batch, ctx, tp, link) -> None:
     assert m.decode_step(batch, ctx + 64).seconds >= t.seconds
     assert 0.0 <= t.comm_fraction < 1.0
     assert (t.comm_seconds == 0.0) == (tp == 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.floats(0.0, 10.0), b=st.floats(0.0, 10.0), k=st.floats(1.0, 400.0))
+def test_the_smooth_max_lies_between_the_max_and_the_sum_at_any_scale(a, b, k) -> None:
+    # Seconds of weights and of FLOPs: a microsecond raised to k near 100 is far below the smallest float.
+    for scale in (1.0, 1e-3, 1e-6):
+        t = smooth_max(a * scale, b * scale, k)
+        assert max(a, b) * scale * (1 - 1e-9) <= t <= (a + b) * scale * (1 + 1e-9)
+
+
+def test_a_small_models_weights_at_tp2_still_take_their_time() -> None:
+    # With the fitted sharpness (about 95) the plain formula dropped any part under about 0.6 ms: the 1B's weights
+    # streamed at TP2 (0.3 ms) counted nothing, and its step did not grow from TP2 to TP1 by what halving them costs.
+    k = CAL.compute.roofline_sharpness
+    assert k > 50 and (3e-4) ** k == 0.0  # what the plain sum of powers lost
+    work = decode_work(8, 1024)
+    tp1, tp2, tp4 = (model("llama-3.2-1b", tp=tp) for tp in (1, 2, 4))
+    for m in (tp1, tp2, tp4):
+        weights = m.deployment.weight_bytes_per_gpu / m._weight_bw
+        assert m._stage_compute(work, 1.0) > weights + m._overhead
+    assert tp2._stage_compute(work, 1.0) > tp4._stage_compute(work, 1.0) > tp4._overhead
 
 
 def test_pcie_collectives_cost_more_than_nvlink() -> None:
