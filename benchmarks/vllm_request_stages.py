@@ -27,9 +27,11 @@ set between loads): per load, the switch interval, the client's TTFT P50 and the
 `--run 1b-loop` prints run 27 instead: per load, where the collector was off, the TTFT P50, each process's
 collections, what the sampler saw the API server's loop thread in, and how long the renderer's idle worker thread
 took to start a submitted prompt. `--decode-by-context` prints only the decode steps of 128 sequences in the c128
-loads of ``DECODE_BY_CONTEXT`` (H100), every 32 steps by their context, beside the model's.
+loads of ``DECODE_BY_CONTEXT`` (H100), every 32 steps by their context, beside the model's. `--decode-steps`
+prints, per stamped run but the 1B's, the model's error over every load's decode-only steps of 8 or more sequences,
+32 steps at a time (the step times by composition that issue 13 holds within 5 %).
 
-    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|1b-h100|1b-render|1b-loop|all] [--p90] [--decode-by-context]
+    .venv/bin/python benchmarks/vllm_request_stages.py [--run 1b|8b|14b|1b-h100|1b-render|1b-loop|all] [--p90] [--decode-by-context | --decode-steps]
 """
 
 from __future__ import annotations
@@ -579,12 +581,79 @@ def print_decode_by_context() -> None:
             print(f"| {RUNS[run][2]} ({run}) | {label} | {ctx} | {real:.2f} | {sim:.2f} | {sim / real - 1:+.1%} |")
 
 
+def decode_step_bins(run: str, label: str) -> list[tuple[int, int, float]]:
+    """(sequences, context, median launch-to-launch ms) of each 32 steps of one load's runs of 24 or more
+    decode-only steps, at the run's most sequences: the context is the load's prompt (from its first step that took
+    new requests) and the bin's place in the run."""
+    steps = launches(run, label)
+    first = next((x for x in steps if x.new), None)
+    if first is None:
+        return []
+    prompt = round((first.tokens - (first.seqs - first.new)) / first.new)
+    bins, held = [], []
+    for x in [*steps, None]:
+        if x is not None and x.tokens == x.seqs:
+            held.append(x)
+            continue
+        if len(held) >= 24:
+            seqs = max(s.seqs for s in held)
+            for i in range(0, len(held) - 7, 32):
+                chunk = held[i : i + 32]
+                part = [s.interval_ms for s in chunk if s.seqs == seqs]
+                if len(part) >= 8:
+                    bins.append((seqs, prompt + i + len(chunk) // 2, median(part)))
+        held = []
+    return bins
+
+
+DECODE_STEPS_MIN_SEQS = 8  # below, a step is mostly the CPU floor and the host's speed
+
+
+def print_decode_steps() -> None:
+    from kneepoint.simulator.perf_model import decode_work
+
+    print("\n## Every stamped load's decode-only steps (the 1B's aside: its steps are vLLM's CPU time), 32 at a time, ms\n")
+    print("| run | loads | bins | mean error | mean abs error | worst bin (seqs, context: real / model) |")
+    print("|---|---|---|---|---|---|")
+    errors_all = []
+    for run in RUNS:
+        if RUNS[run][0].startswith("1b"):
+            continue
+        perf, _ = model(run)
+        errors, worst = [], None
+        labels = loads_in_order(run)
+        for label in labels:
+            for seqs, ctx, real in decode_step_bins(run, label):
+                if seqs < DECODE_STEPS_MIN_SEQS:
+                    continue
+                sim = perf.step_time(decode_work(seqs, ctx)).seconds * 1e3
+                errors.append(sim / real - 1)
+                if worst is None or abs(errors[-1]) > abs(worst[0]):
+                    worst = (errors[-1], f"{label} {seqs}, {ctx}: {real:.2f} / {sim:.2f}")
+        if worst is None:
+            continue
+        errors_all += errors
+        print(
+            f"| {RUNS[run][2]} ({run}) | {len(labels)} | {len(errors)} | {statistics.fmean(errors):+.1%} | "
+            f"{statistics.fmean(abs(e) for e in errors):.2%} | {worst[0]:+.1%} ({worst[1]}) |"
+        )
+    print(
+        f"\n{len(errors_all)} bins: mean abs error {statistics.fmean(abs(e) for e in errors_all):.2%}, mean "
+        f"{statistics.fmean(errors_all):+.2%}, worst {max(errors_all, key=abs):+.1%}; within 5 %: "
+        f"{sum(abs(e) <= 0.05 for e in errors_all)}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", choices=[*STAGE_RUNS, SWITCH_RUN, RENDER_RUN, LOOP_RUN, "all"], default="all")
     parser.add_argument("--p90", action="store_true", help="P90s beside the medians")
     parser.add_argument("--decode-by-context", action="store_true", help=f"only {decode_by_context_runs()}'s decode steps at 128 sequences")
+    parser.add_argument("--decode-steps", action="store_true", help="only every stamped load's decode-only steps against the model's")
     args = parser.parse_args(argv)
+    if args.decode_steps:
+        print_decode_steps()
+        return 0
     if args.decode_by_context:
         print_decode_by_context()
         return 0

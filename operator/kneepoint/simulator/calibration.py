@@ -77,7 +77,14 @@ class ComputeCalibration:
     context (vLLM's logits and sampler over the vocabulary, per-sequence step bookkeeping). Real
     vLLM's decode step grows by about 24 us per sequence at 384 tokens of context and 46 us at
     1,150 (runs 2-6, 8B); without this the KV read alone had to carry both. Plain PyTorch forward
-    passes (tests/data/h200) have none, so their fit leaves it at 0."""
+    passes (tests/data/h200) have none, so their fit leaves it at 0. Fitted beside
+    ``attention_us_per_seq_per_layer``, which carries the part that grows with the layers."""
+    attention_us_per_seq_per_layer: float = 0.0
+    """The decode attention kernel's fixed part per sequence and per decoder layer, whatever the context: vLLM
+    0.24's FlashAttention 3 call alone, at zero context on its KV-read line, takes about 11 us a layer at 32
+    sequences and 23 at 128 on an H100 (run 42, ``calibration_vllm.fit_attention_per_seq_per_layer``), so a
+    sequence costs a 48-layer model half as much again as a 32-layer one. Measured, not fitted; counted with
+    ``overhead_us_per_sampled_seq`` for every sampled sequence. Plain PyTorch passes: 0, as that one."""
 
     bandwidth_scale_by_gpu: tuple[tuple[str, float], ...] = ()
     """(GPU catalogue name, factor) for the GPU types whose memory reaches a different share of its datasheet rate than
@@ -251,6 +258,7 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             overhead_us_per_layer=float(c["overheadUsPerLayer"]),
             overhead_us_per_step=float(c["overheadUsPerStep"]),
             overhead_us_per_sampled_seq=float(c["overheadUsPerSampledSeq"]),
+            attention_us_per_seq_per_layer=_at_least_zero(c.get("attentionUsPerSeqPerLayer"), "compute.attentionUsPerSeqPerLayer"),
             fp8_compute_efficiency=None if c.get("fp8ComputeEfficiency") is None else float(c["fp8ComputeEfficiency"]),
             fp8_gemm_row_factors=_row_factors(c.get("fp8GemmRowFactors") or []),
             fp8_gemm_row_factors_by_gpu=_row_factors_by_gpu(c.get("fp8GemmRowFactorsByGpu") or {}),
@@ -299,6 +307,7 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "overheadUsPerLayer": c.overhead_us_per_layer,
             "overheadUsPerStep": c.overhead_us_per_step,
             "overheadUsPerSampledSeq": c.overhead_us_per_sampled_seq,
+            "attentionUsPerSeqPerLayer": c.attention_us_per_seq_per_layer,
             "fp8ComputeEfficiency": c.fp8_compute_efficiency,
             "fp8GemmRowFactors": [[rows, factor] for rows, factor in c.fp8_gemm_row_factors],
             "fp8GemmRowFactorsByGpu": {gpu: [[rows, factor] for rows, factor in table] for gpu, table in c.fp8_gemm_row_factors_by_gpu},

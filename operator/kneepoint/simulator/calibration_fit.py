@@ -227,7 +227,7 @@ H200 = get_gpu_type("h200")
 def predict(point: MeasuredPoint, cal: Calibration) -> StepTime:
     """The simulator's step time for the measured configuration."""
     # Graph replays of a plain-PyTorch model: the GPU's part alone, no serving loop and no sampler.
-    cal = replace(cal, compute=replace(cal.compute, overhead_us_per_sampled_seq=0.0))
+    cal = replace(cal, compute=replace(cal.compute, overhead_us_per_sampled_seq=0.0, attention_us_per_seq_per_layer=0.0))
     model = PerfModel(point.shape, Hardware.from_gpu(H200, point.interconnect), point.deployment, cal)
     work = decode_work(point.batch, point.context_tokens) if point.kind == "decode" else prefill_work(point.batch)
     return model.gpu_step_time(work)

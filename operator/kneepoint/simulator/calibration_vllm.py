@@ -508,6 +508,37 @@ def fit_fp8_gemm_row_factors(layers: dict[tuple[str, int], dict[int, float]]) ->
     return tuple((m, round(statistics.mean(rs), 3)) for m, rs in sorted(ratios.items()))
 
 
+ATTENTION_KERNEL_FILE = "h100-attn-by-context-r42.jsonl"
+"""Run 42: vLLM 0.24's decode attention call alone by context, sequences and head shape (kit-scripts/attn_by_context.py)."""
+ATTENTION_KERNEL_SPLITS = 32  # the split count vLLM's FlashAttention backend gives the call under its CUDA graphs
+ATTENTION_KERNEL_FROM = 400  # the KV-read line is fitted from here on (below, a floor and 128-token steps)
+
+
+def load_attention_kernel_us(data_dir: Path) -> dict[tuple[str, int, int], float]:
+    """One decode attention call's time (µs: one layer) by (head shape, sequences, context) at vLLM's split count."""
+    kernel = {}
+    for line in (data_dir / ATTENTION_KERNEL_FILE).read_text().splitlines():
+        row = json.loads(line)
+        if row.get("what") == "attn" and row["splits"] == ATTENTION_KERNEL_SPLITS:
+            kernel[(row["shape"], int(row["batch"]), int(row["ctx"]))] = float(row["us_p50"])
+    return kernel
+
+
+def fit_attention_per_seq_per_layer(kernel: dict[tuple[str, int, int], float]) -> float:
+    """``compute.attentionUsPerSeqPerLayer``: how much the kernel's fixed part (its KV-read line from
+    :data:`ATTENTION_KERNEL_FROM` tokens on, at zero context) grows per sequence between the fewest and the
+    most sequences timed, averaged over the head shapes timed."""
+    growth = []
+    for shape in sorted({s for s, _, _ in kernel}):
+        fixed = {}
+        for batch in sorted({b for s, b, _ in kernel if s == shape}):
+            points = sorted((c, us) for (s, b, c), us in kernel.items() if s == shape and b == batch and c >= ATTENTION_KERNEL_FROM)
+            fixed[batch] = _line([float(c) for c, _ in points], [us for _, us in points])[0]
+        low, high = min(fixed), max(fixed)
+        growth.append((fixed[high] - fixed[low]) / (high - low))
+    return round(statistics.fmean(growth), 4)
+
+
 def load_fp8_tpot_c1_ms(data_dir: Path) -> float:
     """Real vLLM's TPOT mean of a lone 1,024/256 request on the 70B fp8 (the median of runs 5, 6 and 10): what
     ``fp8ActivationQuantNsPerHidden`` is fitted to."""
@@ -717,6 +748,9 @@ def main(argv: list[str] | None = None) -> int:
     comps = load_compositions(args.data_dir)
     cal = load_calibration()
     if args.write:
+        # measured, not fitted: set first, so that the fit's per-sequence constant carries only the rest
+        attention = fit_attention_per_seq_per_layer(load_attention_kernel_us(args.data_dir))
+        cal = replace(cal, compute=replace(cal.compute, attention_us_per_seq_per_layer=attention))
         cal = fit(
             comps,
             load_itl_p50_ms(args.data_dir),
@@ -750,6 +784,7 @@ def main(argv: list[str] | None = None) -> int:
                     "rooflineSharpness": c.roofline_sharpness,
                     "overheadUsPerLayer": c.overhead_us_per_layer,
                     "overheadUsPerSampledSeq": c.overhead_us_per_sampled_seq,
+                    "attentionUsPerSeqPerLayer": c.attention_us_per_seq_per_layer,
                     "fp8ComputeEfficiency": c.fp8_compute_efficiency,
                     "fp8ActivationQuantNsPerHidden": c.fp8_activation_quant_ns_per_hidden,
                     "fp8ElementwiseBytesPerTokenWidth": c.fp8_elementwise_bytes_per_token_width,

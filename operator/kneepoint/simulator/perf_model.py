@@ -274,7 +274,9 @@ class PerfModel:
         )
         self._k = c.roofline_sharpness
         self._overhead = (c.overhead_us_per_layer * self._stage_layers + c.overhead_us_per_step) * 1e-6
-        self._per_sampled_seq = c.overhead_us_per_sampled_seq * 1e-6
+        # A sampled sequence's fixed cost: the sampler's and bookkeeping's once, attention's fixed part in every layer
+        # of the model (all stages; run 42).
+        self._per_sampled_seq = (c.overhead_us_per_sampled_seq + c.attention_us_per_seq_per_layer * shape.num_layers) * 1e-6
         # FLOPs per token through one stage's layers on one GPU, and per sampled token in lm_head.
         self._linear_flops_per_token = 2.0 * shape.active_params_per_token_per_layer * self._stage_layers / tp
         self._lm_head_flops_per_token = 2.0 * shape.vocab_size * shape.hidden_size / tp
