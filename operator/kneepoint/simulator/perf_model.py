@@ -128,8 +128,8 @@ def cuda_graph_padded_tokens(tokens: int, graph_max_tokens: int) -> int:
 
 def smooth_max(a: float, b: float, k: float) -> float:
     """The roofline's smooth maximum (a^k + b^k)^(1/k) of two non-negative times, computed on their ratio to the
-    larger: with the fitted k near 100, a time under about 0.6 ms raised to k leaves the float range (1e-308) and
-    the sum would drop it (a 1B's weights at TP2, an 8B's at TP8)."""
+    larger: with the fitted k (95-108), a time under about 0.6-1.4 ms raised to k leaves the float range (1e-308)
+    and the plain sum would drop it (a 1B's weights at TP2, an 8B's at TP8)."""
     hi = max(a, b)
     if hi <= 0.0:
         return 0.0
