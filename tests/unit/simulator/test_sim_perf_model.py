@@ -69,9 +69,10 @@ def test_more_work_never_takes_less_time(batch, ctx, tp, link) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(a=st.floats(0.0, 10.0), b=st.floats(0.0, 10.0), k=st.floats(1.0, 400.0))
+@given(a=st.one_of(st.just(0.0), st.floats(1e-9, 10.0)), b=st.one_of(st.just(0.0), st.floats(1e-9, 10.0)), k=st.floats(1.0, 400.0))
 def test_the_smooth_max_lies_between_the_max_and_the_sum_at_any_scale(a, b, k) -> None:
-    # Seconds of weights and of FLOPs: a microsecond raised to k near 100 is far below the smallest float.
+    # Seconds of weights and of FLOPs (a femtosecond at the least: no step's part is subnormal), down to a microsecond
+    # scale: a microsecond raised to k near 100 is far below the smallest float.
     for scale in (1.0, 1e-3, 1e-6):
         t = smooth_max(a * scale, b * scale, k)
         assert max(a, b) * scale * (1 - 1e-9) <= t <= (a + b) * scale * (1 + 1e-9)
