@@ -529,22 +529,30 @@ def print_loop_run() -> None:
         print(f"| {label} | " + " | ".join(cells) + " |")
 
 
+def decode_bins(steps: list[Launch], prompt: int, seqs: int | None = None) -> list[tuple[int, int, float]]:
+    """(sequences, context, median launch-to-launch ms) of each 32 steps of the runs of 24 or more decode-only steps in
+    ``steps``, at ``seqs`` sequences (None: each run's most): a wave's requests decode together, so a step's context
+    is the prompt and its place in the run."""
+    bins, held = [], []
+    for x in [*steps, None]:
+        if x is not None and x.tokens == x.seqs:
+            held.append(x)
+            continue
+        if len(held) >= 24:
+            at = seqs if seqs is not None else max(s.seqs for s in held)
+            for i in range(0, len(held) - 7, 32):
+                chunk = held[i : i + 32]
+                part = [s.interval_ms for s in chunk if s.seqs == at]
+                if len(part) >= 8:
+                    bins.append((at, prompt + i + len(chunk) // 2, median(part)))
+        held = []
+    return bins
+
+
 def decode_by_context(run: str, label: str, seqs: int = 128, prompt: int = 128) -> list[tuple[int, float]]:
     """(context, median launch-to-launch ms) of each 32 steps of one load's runs of decode-only steps at ``seqs``
-    sequences: a wave's requests decode together, so a step's context is the prompt and its place in the run."""
-    bins, steps = [], []
-    for x in [*launches(run, label), None]:
-        if x is not None and x.tokens == x.seqs:
-            steps.append(x)
-            continue
-        if len(steps) >= 24:
-            for i in range(0, len(steps) - 7, 32):
-                chunk = steps[i : i + 32]
-                part = [s.interval_ms for s in chunk if s.seqs == seqs]
-                if len(part) >= 8:
-                    bins.append((prompt + i + len(chunk) // 2, median(part)))
-        steps = []
-    return bins
+    sequences (:func:`decode_bins`)."""
+    return [(ctx, ms) for _, ctx, ms in decode_bins(launches(run, label), prompt, seqs)]
 
 
 # Runs 28-29 and 40-41's loads of 128-token prompts at c128 (H100): the decode step of 128 sequences by its context.
@@ -582,59 +590,49 @@ def print_decode_by_context() -> None:
 
 
 def decode_step_bins(run: str, label: str) -> list[tuple[int, int, float]]:
-    """(sequences, context, median launch-to-launch ms) of each 32 steps of one load's runs of 24 or more
-    decode-only steps, at the run's most sequences: the context is the load's prompt (from its first step that took
-    new requests) and the bin's place in the run."""
+    """:func:`decode_bins` of one load at each run's most sequences, the context from the load's prompt (its first
+    step that took new requests)."""
     steps = launches(run, label)
     first = next((x for x in steps if x.new), None)
     if first is None:
         return []
-    prompt = round((first.tokens - (first.seqs - first.new)) / first.new)
-    bins, held = [], []
-    for x in [*steps, None]:
-        if x is not None and x.tokens == x.seqs:
-            held.append(x)
-            continue
-        if len(held) >= 24:
-            seqs = max(s.seqs for s in held)
-            for i in range(0, len(held) - 7, 32):
-                chunk = held[i : i + 32]
-                part = [s.interval_ms for s in chunk if s.seqs == seqs]
-                if len(part) >= 8:
-                    bins.append((seqs, prompt + i + len(chunk) // 2, median(part)))
-        held = []
-    return bins
+    return decode_bins(steps, round((first.tokens - (first.seqs - first.new)) / first.new))
 
 
 DECODE_STEPS_MIN_SEQS = 8  # below, a step is mostly the CPU floor and the host's speed
 
 
-def print_decode_steps() -> None:
+def decode_step_errors(run: str) -> list[tuple[float, str]]:
+    """The model's error on each :func:`decode_step_bins` bin of 8 or more sequences of every load of ``run``, with
+    what the bin was ("load seqs, context: real / model")."""
     from kneepoint.simulator.perf_model import decode_work
 
+    perf, _ = model(run)
+    errors = []
+    for label in loads_in_order(run):
+        for seqs, ctx, real in decode_step_bins(run, label):
+            if seqs >= DECODE_STEPS_MIN_SEQS:
+                sim = perf.step_time(decode_work(seqs, ctx)).seconds * 1e3
+                errors.append((sim / real - 1, f"{label} {seqs}, {ctx}: {real:.2f} / {sim:.2f}"))
+    return errors
+
+
+def print_decode_steps() -> None:
     print("\n## Every stamped load's decode-only steps (the 1B's aside: its steps are vLLM's CPU time), 32 at a time, ms\n")
     print("| run | loads | bins | mean error | mean abs error | worst bin (seqs, context: real / model) |")
     print("|---|---|---|---|---|---|")
-    errors_all = []
+    errors_all: list[float] = []
     for run in RUNS:
         if RUNS[run][0].startswith("1b"):
             continue
-        perf, _ = model(run)
-        errors, worst = [], None
-        labels = loads_in_order(run)
-        for label in labels:
-            for seqs, ctx, real in decode_step_bins(run, label):
-                if seqs < DECODE_STEPS_MIN_SEQS:
-                    continue
-                sim = perf.step_time(decode_work(seqs, ctx)).seconds * 1e3
-                errors.append(sim / real - 1)
-                if worst is None or abs(errors[-1]) > abs(worst[0]):
-                    worst = (errors[-1], f"{label} {seqs}, {ctx}: {real:.2f} / {sim:.2f}")
-        if worst is None:
+        bins = decode_step_errors(run)
+        if not bins:
             continue
+        errors = [e for e, _ in bins]
+        worst = max(bins, key=lambda b: abs(b[0]))
         errors_all += errors
         print(
-            f"| {RUNS[run][2]} ({run}) | {len(labels)} | {len(errors)} | {statistics.fmean(errors):+.1%} | "
+            f"| {RUNS[run][2]} ({run}) | {len(loads_in_order(run))} | {len(errors)} | {statistics.fmean(errors):+.1%} | "
             f"{statistics.fmean(abs(e) for e in errors):.2%} | {worst[0]:+.1%} ({worst[1]}) |"
         )
     print(
