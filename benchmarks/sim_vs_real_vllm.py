@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -275,8 +276,9 @@ def step_table() -> tuple[list[str], float, str]:
         load_held_out_14b_compositions,
         qwen14b_h200_tp1,
     )
+    from kneepoint.simulator.command import CALIBRATION_ENV
 
-    cal = load_calibration()
+    cal = load_calibration(os.environ.get(CALIBRATION_ENV))  # what the simulator it starts reads too
     rows = comparison_rows(load_compositions(DATA), cal)
     rows += [
         {**r, "composition": f"70B fp8: {r['composition']}"}

@@ -9,8 +9,11 @@ bandwidth and FLOPs.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kneepoint.core.catalog_files import load_data_file
@@ -356,6 +359,23 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
     }
 
 
-def load_calibration() -> Calibration:
-    """The shipped calibration (``kneepoint/data/simulator_calibration.json``)."""
-    return calibration_from_json(load_data_file(CALIBRATION_FILE))
+def load_calibration(path: str | os.PathLike[str] | None = None) -> Calibration:
+    """The shipped calibration (``kneepoint/data/simulator_calibration.json``), or the one in the JSON file at ``path``
+    (the same shape: one ``python -m kneepoint.simulator.calibration_vllm DATA --write --output FILE`` fitted to other
+    captures). A file that cannot be read or is not a calibration raises ValueError naming the file and the field."""
+    if path is None:
+        return calibration_from_json(load_data_file(CALIBRATION_FILE))
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a JSON document ({exc})") from exc
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"{path}: must hold a JSON object shaped as the shipped {CALIBRATION_FILE}")
+    try:
+        return calibration_from_json(doc)
+    except KeyError as exc:
+        raise ValueError(f"{path}: lacks the field {exc.args[0]!r} (the shipped {CALIBRATION_FILE} has every field)") from exc
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from exc

@@ -742,11 +742,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--h200-dir", type=Path, default=None, help="the PyTorch + NCCL measurements for TP scaling (default: DATA_DIR/../h200)"
     )
-    parser.add_argument("--write", action="store_true", help="refit and rewrite the shipped calibration file")
+    parser.add_argument("--write", action="store_true", help="refit and rewrite the calibration file (--output)")
+    parser.add_argument(
+        "--calibration", type=Path, default=None, help="the calibration to report on and refit from (default: the shipped one)"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="with --write: the file to write (default: the shipped kneepoint/data/simulator_calibration.json); "
+        "`kneepoint sim --calibration FILE` serves with it",
+    )
     args = parser.parse_args(argv)
+    if args.output and not args.write:
+        parser.error("--output: only with --write")
     args.h200_dir = args.h200_dir or args.data_dir.parent / "h200"
     comps = load_compositions(args.data_dir)
-    cal = load_calibration()
+    try:
+        cal = load_calibration(args.calibration)
+    except ValueError as exc:
+        parser.error(f"--calibration: {exc}")
     if args.write:
         # measured, not fitted: set first, so that the fit's per-sequence constant carries only the rest
         attention = fit_attention_per_seq_per_layer(load_attention_kernel_us(args.data_dir))
@@ -772,8 +787,9 @@ def main(argv: list[str] | None = None) -> int:
         tables = {gpu: fit_fp8_gemm_row_factors(load_gemm_rows(args.data_dir, gpu=gpu)) for gpu in GEMM_ROW_FILES}
         own = tuple((gpu, table) for gpu, table in sorted(tables.items()) if gpu != GEMM_ROW_SHARED_GPU)
         cal = replace(cal, compute=replace(cal.compute, fp8_gemm_row_factors=tables[GEMM_ROW_SHARED_GPU], fp8_gemm_row_factors_by_gpu=own))
-        target = Path(str(resources.files("kneepoint.data").joinpath(CALIBRATION_FILE)))
-        doc = json.loads(target.read_text())
+        shipped = Path(str(resources.files("kneepoint.data").joinpath(CALIBRATION_FILE)))
+        doc = json.loads((args.calibration or shipped).read_text())
+        target = args.output or shipped
         c = cal.compute
         doc["compute"].update(
             _rounded(
@@ -797,6 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["compute"]["bandwidthScaleByGpu"] = written["compute"]["bandwidthScaleByGpu"]
         doc["serving"] = _rounded(written["serving"])  # every serving constant, as the loader reads it
         target.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"wrote {target}")
         cal = calibration_from_json(doc)
     rows = comparison_rows(comps, cal)
     print(format_table(rows))

@@ -137,6 +137,8 @@ def parse_max_model_len(text: str) -> int | None:
     return value
 
 
+CALIBRATION_ENV = "KNEEPOINT_SIM_CALIBRATION"
+"""``--calibration``'s environment fallback, which the benchmarks that start the simulator in-process pass on too."""
 DEFAULT_ARCHITECTURE = "llama-3-8b"  # the model of the H200 calibration data
 
 
@@ -302,6 +304,15 @@ def check_fit(
     "/stop_profile and writes one trace per rank (docs/trace.md).",
 )
 @click.option(
+    "--calibration",
+    envvar=CALIBRATION_ENV,
+    default=None,
+    metavar="FILE",
+    help="The step model's constants: a JSON file shaped as the shipped kneepoint/data/simulator_calibration.json, such as "
+    "one `python -m kneepoint.simulator.calibration_vllm DATA --write --output FILE` fitted to your own captures "
+    '(docs/simulator.md, "Calibration"). Default: the shipped one. Env KNEEPOINT_SIM_CALIBRATION.',
+)
+@click.option(
     "--async-scheduling/--no-async-scheduling",
     default=True,
     show_default=True,
@@ -336,6 +347,12 @@ def command(ctx: click.Context, **opts: Any) -> None:
 def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
     """Validate the flags, size the engine like vLLM, and return the server's settings (exits on errors)."""
     tp, pp = opts["tensor_parallel_size"], opts["pipeline_parallel_size"]
+    try:
+        calibration = load_calibration(opts.get("calibration"))
+    except ValueError as exc:
+        fail("--calibration", str(exc))
+    if opts.get("calibration"):
+        log.info("Step model's constants from %s", opts["calibration"])
     if tp < 1:
         fail("--tensor-parallel-size", f"must be at least 1; got {tp}")
     if pp < 1:
@@ -458,7 +475,7 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
         enforce_eager=opts["enforce_eager"],
         cuda_graph_max_tokens=default_cuda_graph_max_tokens(max_num_seqs),
     )
-    perf = PerfModel(shape_from_architecture(arch), hardware, deployment, load_calibration())
+    perf = PerfModel(shape_from_architecture(arch), hardware, deployment, calibration)
     # vllm:cache_config_info's labels as vLLM 0.24 writes them (tests/data/vllm/8b-tp1-cache-config-info-mns128.txt).
     # Prefix caching is vLLM's default (on); the simulator serves no prompt twice from cache.
     pool = num_blocks * block

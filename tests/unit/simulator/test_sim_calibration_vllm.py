@@ -505,3 +505,25 @@ def test_the_shipped_fp8_activation_quant_is_the_fit_and_moves_dense_fp8_engines
     assert 0.7e-3 < added < 0.9e-3
     # bf16 engines do not quantize
     assert engine_model(CAL, "llama-3-8b").gpu_step_time(step).seconds == engine_model(none, "llama-3-8b").gpu_step_time(step).seconds
+
+
+def test_the_fit_writes_a_calibration_elsewhere_that_the_simulator_serves_with(tmp_path, capsys) -> None:
+    # `--write --output FILE` refits from the shipped file and leaves it as it was; `kneepoint sim --calibration FILE`
+    # (load_calibration(FILE)) then reads what was written.
+    from importlib import resources
+
+    from kneepoint.simulator import calibration_vllm
+    from kneepoint.simulator.calibration import CALIBRATION_FILE
+
+    shipped = Path(str(resources.files("kneepoint.data").joinpath(CALIBRATION_FILE)))
+    before = shipped.read_bytes()
+    out = tmp_path / "refit.json"
+    assert calibration_vllm.main([str(DATA), "--write", "--output", str(out)]) == 0
+    assert shipped.read_bytes() == before
+    assert f"wrote {out}" in capsys.readouterr().out
+    written = load_calibration(out)
+    assert written.compute.weight_bandwidth_efficiency == pytest.approx(CAL.compute.weight_bandwidth_efficiency, rel=0.01)
+    assert (written.links, written.serving.api_gate_us_per_request) == (CAL.links, CAL.serving.api_gate_us_per_request)  # not fitted here
+    with pytest.raises(SystemExit):
+        calibration_vllm.main([str(DATA), "--output", str(out)])  # --output without --write
+    assert "--output: only with --write" in capsys.readouterr().err

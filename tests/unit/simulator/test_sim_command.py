@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -167,3 +168,51 @@ def test_async_scheduling_is_on_as_in_vllm_024_and_can_be_turned_off() -> None:
     base = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h200", "--max-model-len", "4096"]
     assert scheduler_config(settings(base)).async_scheduling is True
     assert scheduler_config(settings([*base, "--no-async-scheduling"])).async_scheduling is False
+
+
+def _shipped_calibration() -> dict:
+    from kneepoint.core.catalog_files import load_data_file
+    from kneepoint.simulator.calibration import CALIBRATION_FILE
+
+    return copy.deepcopy(load_data_file(CALIBRATION_FILE))  # the loader's cached document is shared
+
+
+def test_a_calibration_file_replaces_the_shipped_constants(tmp_path, monkeypatch) -> None:
+    # A host whose memory streams the weights at half the shipped share: the same engine's decode step takes longer,
+    # from the flag and from its environment fallback alike; without either, the shipped constants.
+    doc = _shipped_calibration()
+    doc["compute"]["weightBandwidthEfficiency"] /= 2
+    slow = tmp_path / "slow-host.json"
+    slow.write_text(json.dumps(doc))
+    flags = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h200"]
+    shipped = settings(flags).perf
+    from_flag = settings([*flags, "--calibration", str(slow)]).perf
+    assert from_flag.calibration.compute.weight_bandwidth_efficiency == pytest.approx(
+        shipped.calibration.compute.weight_bandwidth_efficiency / 2
+    )
+    assert from_flag.decode_step(1, 512).seconds > 1.5 * shipped.decode_step(1, 512).seconds
+    monkeypatch.setenv("KNEEPOINT_SIM_CALIBRATION", str(slow))
+    assert settings(flags).perf.decode_step(1, 512).seconds == from_flag.decode_step(1, 512).seconds
+
+
+def test_a_calibration_file_that_is_not_one_exits_2_naming_the_flag_and_what_is_wrong(tmp_path) -> None:
+    doc = _shipped_calibration()
+    del doc["serving"]["apiGateUsPerRequest"]
+    no_gate = tmp_path / "no-gate.json"
+    no_gate.write_text(json.dumps(doc))
+    doc = _shipped_calibration()
+    doc["compute"]["fp8GemmRowFactors"] = [[24, 1.3], [16, 1.0]]
+    unordered = tmp_path / "unordered.json"
+    unordered.write_text(json.dumps(doc))
+    (tmp_path / "half.json").write_text('{"compute": ')
+    for path, says in (
+        (tmp_path / "absent.json", "cannot read"),
+        (tmp_path / "half.json", "not a JSON document"),
+        (no_gate, "lacks the field 'apiGateUsPerRequest'"),
+        (unordered, "compute.fp8GemmRowFactors must be [rows, factor] pairs"),
+    ):
+        result = invoke(["--model", "meta-llama/Llama-3.1-8B-Instruct", "--calibration", str(path)])
+        assert result.exit_code == 2, result.output
+        last = result.output.strip().splitlines()[-1]
+        assert last.startswith(f"kneepoint sim: --calibration: {path}") and says in last, last
+        assert "Traceback" not in result.output
