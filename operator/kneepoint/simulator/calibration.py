@@ -59,6 +59,15 @@ class ComputeCalibration:
     as on an H200 (the same SMs at the same clock; run 30: within 4 % at 17 and 129 rows on the 8B's
     shapes), while 1-16 rows stream the weights from the H100's slower memory, so the same penalty is a
     smaller share of the H100's time (1.09x at 24 rows against the H200's 1.38x)."""
+    bf16_gemm_row_factors: tuple[tuple[int, float], ...] = ()
+    """The same for bf16 (and fp16) engines' linear layers, cuBLAS's GEMMs, on their two bytes a parameter: they stay
+    near their 1-16-row time further than fp8's and then rise with the rows (runs 12 and 12b on an H200, the 8B's
+    and 70B's shapes: 1.03 at 32 rows, 1.09 at 65, 1.12 at 128, 1.21 at 160, 1.62 at 256, where the FLOPs bind), where
+    the roofline alone keeps a decode step's weights at their streaming time up to where its FLOPs bind (about 170
+    rows on an H200). Empty: 1 everywhere. A GPU type with a table in ``bf16_gemm_row_factors_by_gpu`` uses that one."""
+    bf16_gemm_row_factors_by_gpu: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
+    """(GPU catalogue name, bf16 row factors) for the GPU types whose bf16 GEMMs were timed by rows themselves (the
+    H100 SXM, runs 30-32: 1.08 at 128 rows, 1.24 at 256)."""
     fp8_activation_quant_ns_per_hidden: float = 0.0
     """Online fp8's per-step cost of quantizing activations, in ns per decoder layer per unit of the
     model's hidden size. Before each of a layer's four linear layers vLLM quantizes the activation
@@ -103,6 +112,10 @@ class ComputeCalibration:
     def fp8_row_factors_for(self, gpu: str | None) -> tuple[tuple[int, float], ...]:
         """The fp8 row factors of catalogue GPU ``gpu``: its own table if it has one, else the shared one."""
         return dict(self.fp8_gemm_row_factors_by_gpu).get(gpu or "", self.fp8_gemm_row_factors)
+
+    def bf16_row_factors_for(self, gpu: str | None) -> tuple[tuple[int, float], ...]:
+        """The bf16 row factors of catalogue GPU ``gpu``: its own table if it has one, else the shared one."""
+        return dict(self.bf16_gemm_row_factors_by_gpu).get(gpu or "", self.bf16_gemm_row_factors)
 
 
 @dataclass(frozen=True)
@@ -229,10 +242,12 @@ def _row_factors(rows: Any, field: str = "compute.fp8GemmRowFactors") -> tuple[t
     return table
 
 
-def _row_factors_by_gpu(tables: Any) -> tuple[tuple[str, tuple[tuple[int, float], ...]], ...]:
+def _row_factors_by_gpu(
+    tables: Any, field: str = "compute.fp8GemmRowFactorsByGpu"
+) -> tuple[tuple[str, tuple[tuple[int, float], ...]], ...]:
     if not isinstance(tables, Mapping):
-        raise ValueError(f"compute.fp8GemmRowFactorsByGpu must map GPU catalogue names to row-factor tables: {tables!r}")
-    return tuple((str(gpu), _row_factors(rows, f"compute.fp8GemmRowFactorsByGpu.{gpu}")) for gpu, rows in sorted(tables.items()))
+        raise ValueError(f"{field} must map GPU catalogue names to row-factor tables: {tables!r}")
+    return tuple((str(gpu), _row_factors(rows, f"{field}.{gpu}")) for gpu, rows in sorted(tables.items()))
 
 
 def _scales_by_gpu(scales: Any) -> tuple[tuple[str, float], ...]:
@@ -265,6 +280,8 @@ def calibration_from_json(doc: Mapping[str, Any]) -> Calibration:
             fp8_compute_efficiency=None if c.get("fp8ComputeEfficiency") is None else float(c["fp8ComputeEfficiency"]),
             fp8_gemm_row_factors=_row_factors(c.get("fp8GemmRowFactors") or []),
             fp8_gemm_row_factors_by_gpu=_row_factors_by_gpu(c.get("fp8GemmRowFactorsByGpu") or {}),
+            bf16_gemm_row_factors=_row_factors(c.get("bf16GemmRowFactors") or [], "compute.bf16GemmRowFactors"),
+            bf16_gemm_row_factors_by_gpu=_row_factors_by_gpu(c.get("bf16GemmRowFactorsByGpu") or {}, "compute.bf16GemmRowFactorsByGpu"),
             bandwidth_scale_by_gpu=_scales_by_gpu(c.get("bandwidthScaleByGpu") or {}),
             fp8_activation_quant_ns_per_hidden=float(c.get("fp8ActivationQuantNsPerHidden") or 0.0),
             fp8_elementwise_bytes_per_token_width=_at_least_zero(
@@ -314,6 +331,8 @@ def calibration_to_json(cal: Calibration) -> dict[str, Any]:
             "fp8ComputeEfficiency": c.fp8_compute_efficiency,
             "fp8GemmRowFactors": [[rows, factor] for rows, factor in c.fp8_gemm_row_factors],
             "fp8GemmRowFactorsByGpu": {gpu: [[rows, factor] for rows, factor in table] for gpu, table in c.fp8_gemm_row_factors_by_gpu},
+            "bf16GemmRowFactors": [[rows, factor] for rows, factor in c.bf16_gemm_row_factors],
+            "bf16GemmRowFactorsByGpu": {gpu: [[rows, factor] for rows, factor in table] for gpu, table in c.bf16_gemm_row_factors_by_gpu},
             "fp8ActivationQuantNsPerHidden": c.fp8_activation_quant_ns_per_hidden,
             "fp8ElementwiseBytesPerTokenWidth": c.fp8_elementwise_bytes_per_token_width,
             "bandwidthScaleByGpu": dict(c.bandwidth_scale_by_gpu),

@@ -376,6 +376,7 @@ def engine_model(
         pipeline_parallel=1,
         weight_bytes_per_gpu=est.weights_bytes_per_gpu,
         kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
+        weight_dtype=dtype,
         cuda_graph_max_tokens=default_cuda_graph_max_tokens(max_num_seqs),
     )
     hardware = Hardware.from_gpu(gpu, interconnect, fp8_compute=dtype == "fp8")
@@ -495,9 +496,14 @@ def load_gemm_rows(data_dir: Path, kind: str = "fp8", gpu: str = GEMM_ROW_SHARED
     return layers
 
 
-def fit_fp8_gemm_row_factors(layers: dict[tuple[str, int], dict[int, float]]) -> tuple[tuple[int, float], ...]:
-    """``compute.fp8GemmRowFactors``: each row count's time over the same shape's mean time at 1-16 rows (what the
-    memory-bound model already gives), averaged over :data:`GEMM_ROW_SHAPES`, from 16 rows to :data:`GEMM_ROW_LIMIT`."""
+def fit_gemm_row_factors(layers: dict[tuple[str, int], dict[int, float]], rising: bool = False) -> tuple[tuple[int, float], ...]:
+    """``compute.fp8GemmRowFactors`` from the fp8 timings, ``compute.bf16GemmRowFactors`` from the bf16 ones
+    (:func:`load_gemm_rows`'s ``kind``, ``rising=True``): each row count's time over the same shape's mean time at
+    1-16 rows (what the memory-bound model already gives), averaged over :data:`GEMM_ROW_SHAPES`, from 16 rows to
+    :data:`GEMM_ROW_LIMIT`. ``rising``: each factor at least the one before. bf16's cuBLAS timings dip by up to 3.5 %
+    where it changes kernel (48 -> 56 rows on the H200), less than fp8's tile changes by a factor of ten, and a step of
+    more sequences is not modelled shorter than one of fewer for that; fp8's dips (1.47x at 17 rows, 1.07x at 64) are
+    kept, as its decode steps show them (runs 12 and 28)."""
     ratios: dict[int, list[float]] = {}
     for shape in GEMM_ROW_SHAPES:
         times = layers[shape]
@@ -505,7 +511,12 @@ def fit_fp8_gemm_row_factors(layers: dict[tuple[str, int], dict[int, float]]) ->
         for m, us in times.items():
             if 16 <= m <= GEMM_ROW_LIMIT:
                 ratios.setdefault(m, []).append(1.0 if m == 16 else us / base)
-    return tuple((m, round(statistics.mean(rs), 3)) for m, rs in sorted(ratios.items()))
+    table, floor = [], 0.0
+    for m, rs in sorted(ratios.items()):
+        factor = round(statistics.mean(rs), 3)
+        floor = max(floor, factor) if rising else factor
+        table.append((m, floor))
+    return tuple(table)
 
 
 ATTENTION_KERNEL_FILE = "h100-attn-by-context-r42.jsonl"
@@ -537,6 +548,38 @@ def fit_attention_per_seq_per_layer(kernel: dict[tuple[str, int, int], float]) -
         low, high = min(fixed), max(fixed)
         growth.append((fixed[high] - fixed[low]) / (high - low))
     return round(statistics.fmean(growth), 4)
+
+
+KV_READ_GPU = "h100-sxm"
+"""The GPU run 42's attention kernel ran on: what :func:`fit_kv_read_efficiency` divides its KV read by."""
+
+
+def kv_read_bytes_per_second(data_dir: Path) -> float:
+    """The decode attention kernel's KV read rate alone (run 42): at the most sequences timed, the slope of its time
+    over the context from :data:`ATTENTION_KERNEL_FROM` tokens on, as bytes of KV a second, averaged over the head
+    shapes timed (its fixed part and its steps every 128 tokens aside)."""
+    per_token: dict[tuple[str, int], float] = {}  # KV bytes one token of context of one sequence holds in one layer
+    for line in (data_dir / ATTENTION_KERNEL_FILE).read_text().splitlines():
+        row = json.loads(line)
+        if row.get("what") == "attn" and row["splits"] == ATTENTION_KERNEL_SPLITS:
+            per_token[(row["shape"], int(row["batch"]))] = row["kv_gbps"] * 1e3 * row["us_p50"] / (row["batch"] * row["ctx"])
+    kernel = load_attention_kernel_us(data_dir)
+    rates = []
+    for shape in sorted({s for s, _, _ in kernel}):
+        batch = max(b for s, b, _ in kernel if s == shape)
+        points = sorted((c, us) for (s, b, c), us in kernel.items() if s == shape and b == batch and c >= ATTENTION_KERNEL_FROM)
+        slope_us = _line([float(c) for c, _ in points], [us for _, us in points])[1]
+        rates.append(batch * per_token[(shape, batch)] / (slope_us * 1e-6))
+    return statistics.fmean(rates)
+
+
+def fit_kv_read_efficiency(rate: float, cal: Calibration) -> float:
+    """``compute.kvBandwidthEfficiency``: the share of the datasheet bandwidth that makes the model read the KV cache
+    on :data:`KV_READ_GPU` at ``rate`` (:func:`kv_read_bytes_per_second`), given that GPU's bandwidth scale. Measured,
+    not fitted: the step table's compositions, all at about 1,150 tokens of context, could not tell the KV read from
+    a per-sequence cost, and the fit read it 13 % slower than the kernel does (0.808)."""
+    gpu = get_gpu_type(KV_READ_GPU)
+    return round(rate / (gpu.hbm_bandwidth_gbps * 1e9 * cal.compute.bandwidth_scale_for(KV_READ_GPU)), 4)
 
 
 def load_fp8_tpot_c1_ms(data_dir: Path) -> float:
@@ -594,16 +637,15 @@ def golden_section(loss: Callable[[float], float], lo: float, hi: float, steps: 
 # copy bandwidth (4.28 TB/s) and bf16 matmul rate (about 800 TFLOP/s) measured on that GPU
 # (tests/data/h200). Without them the fit trades weight streaming for a fixed per-layer cost,
 # which fits one 8B GPU and no other model.
-CEILINGS = {"weight_bandwidth_efficiency": 4.28 / 4.8, "kv_bandwidth_efficiency": 4.28 / 4.8, "compute_efficiency": 800.0 / 989.0}
+CEILINGS = {"weight_bandwidth_efficiency": 4.28 / 4.8, "compute_efficiency": 800.0 / 989.0}
 
 SCALING_WEIGHT = 0.3
 """Weight of the PyTorch TP-scaling term against the real vLLM step table (whose sum of squares is
 over 26 compositions): enough to keep a per-layer cost that does not shrink with TP, not so much
 that plain PyTorch's slower kernels set vLLM's single-GPU times."""
 
-_FIT_KEYS = (
+_FIT_KEYS = (  # the KV read's efficiency is the kernel's (fit_kv_read_efficiency), held through the fit
     "weight_bandwidth_efficiency",
-    "kv_bandwidth_efficiency",
     "compute_efficiency",
     "roofline_sharpness",
     "overhead_us_per_layer",
@@ -763,28 +805,42 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(f"--calibration: {exc}")
     if args.write:
-        # measured, not fitted: set first, so that the fit's per-sequence constant carries only the rest
+        # measured, not fitted: set first, so that the fit's constants carry only the rest
         attention = fit_attention_per_seq_per_layer(load_attention_kernel_us(args.data_dir))
-        cal = replace(cal, compute=replace(cal.compute, attention_us_per_seq_per_layer=attention))
-        cal = fit(
-            comps,
-            load_itl_p50_ms(args.data_dir),
-            load_ttft_c1_ms(args.data_dir),
+        bf16 = {gpu: fit_gemm_row_factors(load_gemm_rows(args.data_dir, "bf16", gpu), rising=True) for gpu in GEMM_ROW_FILES}
+        own_bf16 = tuple((gpu, table) for gpu, table in sorted(bf16.items()) if gpu != GEMM_ROW_SHARED_GPU)
+        cal = replace(
             cal,
-            load_points(args.h200_dir),
-            load_decode_only_itl_p50_ms(args.data_dir),
+            compute=replace(
+                cal.compute,
+                attention_us_per_seq_per_layer=attention,
+                bf16_gemm_row_factors=bf16[GEMM_ROW_SHARED_GPU],
+                bf16_gemm_row_factors_by_gpu=own_bf16,
+            ),
         )
-        floor_step, floor_seq = fit_cpu_floor(load_cpu_floor_itl_p50_ms(args.data_dir), load_1b_c1_tpots_ms(args.data_dir))
-        cal = replace(cal, serving=replace(cal.serving, cpu_floor_us_per_step=floor_step, cpu_floor_us_per_seq=floor_seq))
-        # before the fp8 fits: run 34's lone prefills, to which fp8's elementwise bytes are fitted, ran on an H100
-        scale = fit_bandwidth_scale(load_h100_decode_itl_p50_ms(args.data_dir), cal)
-        cal = with_bandwidth_scale(cal, BANDWIDTH_SCALE_GPU, float(f"{scale:.4g}"))
+        rate = kv_read_bytes_per_second(args.data_dir)
+        # Twice: the KV read is the kernel's on the H100, whose bandwidth scale is fitted after the rest.
+        for _ in range(2):
+            cal = replace(cal, compute=replace(cal.compute, kv_bandwidth_efficiency=fit_kv_read_efficiency(rate, cal)))
+            cal = fit(
+                comps,
+                load_itl_p50_ms(args.data_dir),
+                load_ttft_c1_ms(args.data_dir),
+                cal,
+                load_points(args.h200_dir),
+                load_decode_only_itl_p50_ms(args.data_dir),
+            )
+            floor_step, floor_seq = fit_cpu_floor(load_cpu_floor_itl_p50_ms(args.data_dir), load_1b_c1_tpots_ms(args.data_dir))
+            cal = replace(cal, serving=replace(cal.serving, cpu_floor_us_per_step=floor_step, cpu_floor_us_per_seq=floor_seq))
+            # before the fp8 fits: run 34's lone prefills, to which fp8's elementwise bytes are fitted, ran on an H100
+            scale = fit_bandwidth_scale(load_h100_decode_itl_p50_ms(args.data_dir), cal)
+            cal = with_bandwidth_scale(cal, BANDWIDTH_SCALE_GPU, float(f"{scale:.4g}"))
         quant = fit_fp8_activation_quant(load_fp8_tpot_c1_ms(args.data_dir), cal)
         cal = replace(cal, compute=replace(cal.compute, fp8_activation_quant_ns_per_hidden=quant))
         lone = load_lone_prefill_ms(args.data_dir, "8b-fp8-h100")
         ew, fp8 = fit_fp8_elementwise(lone, load_fp8_compositions(args.data_dir), load_fp8_ttft_c1_ms(args.data_dir), cal)
         cal = replace(cal, compute=replace(cal.compute, fp8_compute_efficiency=fp8, fp8_elementwise_bytes_per_token_width=ew))
-        tables = {gpu: fit_fp8_gemm_row_factors(load_gemm_rows(args.data_dir, gpu=gpu)) for gpu in GEMM_ROW_FILES}
+        tables = {gpu: fit_gemm_row_factors(load_gemm_rows(args.data_dir, "fp8", gpu)) for gpu in GEMM_ROW_FILES}
         own = tuple((gpu, table) for gpu, table in sorted(tables.items()) if gpu != GEMM_ROW_SHARED_GPU)
         cal = replace(cal, compute=replace(cal.compute, fp8_gemm_row_factors=tables[GEMM_ROW_SHARED_GPU], fp8_gemm_row_factors_by_gpu=own))
         shipped = Path(str(resources.files("kneepoint.data").joinpath(CALIBRATION_FILE)))
@@ -810,6 +866,8 @@ def main(argv: list[str] | None = None) -> int:
         written = calibration_to_json(cal)
         doc["compute"]["fp8GemmRowFactors"] = written["compute"]["fp8GemmRowFactors"]
         doc["compute"]["fp8GemmRowFactorsByGpu"] = written["compute"]["fp8GemmRowFactorsByGpu"]
+        doc["compute"]["bf16GemmRowFactors"] = written["compute"]["bf16GemmRowFactors"]
+        doc["compute"]["bf16GemmRowFactorsByGpu"] = written["compute"]["bf16GemmRowFactorsByGpu"]
         doc["compute"]["bandwidthScaleByGpu"] = written["compute"]["bandwidthScaleByGpu"]
         doc["serving"] = _rounded(written["serving"])  # every serving constant, as the loader reads it
         target.write_text(json.dumps(doc, indent=2) + "\n")

@@ -472,6 +472,7 @@ def build_settings(model: str, opts: dict[str, Any]) -> SimulatorSettings:
         weight_bytes_per_gpu=est.weights_bytes_per_gpu,
         kv_bytes_per_token_per_gpu=est.kv_bytes_per_token_per_gpu,
         activation_bytes=4 if weight_dtype == "float32" else 2,
+        weight_dtype=weight_dtype,
         enforce_eager=opts["enforce_eager"],
         cuda_graph_max_tokens=default_cuda_graph_max_tokens(max_num_seqs),
     )

@@ -164,6 +164,9 @@ class Deployment:
     activation_bytes: int = 2
     """Bytes per activation element (bf16/fp16: 2), what the collectives move."""
     enforce_eager: bool = False
+    weight_dtype: str = "bfloat16"
+    """The weights' type as vLLM loads them (``bfloat16``, ``float16``, ``float32``, ``fp8``, ``int4``, ``int8``): which
+    measured GEMM table by rows a dense model's linear layers follow (bf16/fp16's cuBLAS, fp8's CUTLASS, none else)."""
     cuda_graph_max_tokens: int = 256
     """vLLM's largest CUDA graph in tokens a step (:func:`default_cuda_graph_max_tokens`); a
     larger step runs its kernels without a graph."""
@@ -298,11 +301,16 @@ class PerfModel:
         # Under --enforce-eager no step has a graph to fall out of (the eager floor stands instead).
         self._cpu_non_graph = 0.0 if deployment.enforce_eager else v.cpu_non_graph_us_per_layer * self._stage_layers * 1e-6
         self._graph_max_tokens = deployment.cuda_graph_max_tokens
-        # vLLM's fp8 linear layers (dense models on fp8 tensor cores) change kernel with the step's rows;
-        # routed experts run other kernels and the lm_head stays bf16, so only the dense linear bytes scale.
+        # vLLM's dense linear layers take longer with the step's rows than streaming their weights once (fp8's CUTLASS
+        # GEMMs change tile with the rows, bf16's cuBLAS ones rise toward where the FLOPs bind); routed experts run
+        # other kernels and the lm_head is another GEMM, so only the dense linear bytes scale.
         dense_fp8 = hardware.fp8_compute and not shape.num_experts
-        self._fp8_rows = c.fp8_row_factors_for(hardware.gpu) if dense_fp8 else ()
-        self._fp8_linear_bytes = min(shape.active_params_per_token_per_layer * self._stage_layers / tp, deployment.weight_bytes_per_gpu)
+        dense_16bit = deployment.weight_dtype in ("bfloat16", "float16") and not hardware.fp8_compute and not shape.num_experts
+        self._rows = c.fp8_row_factors_for(hardware.gpu) if dense_fp8 else c.bf16_row_factors_for(hardware.gpu) if dense_16bit else ()
+        bytes_per_param = 1.0 if dense_fp8 else 2.0
+        self._linear_bytes = min(
+            bytes_per_param * shape.active_params_per_token_per_layer * self._stage_layers / tp, deployment.weight_bytes_per_gpu
+        )
         # Online fp8 quantizes each linear layer's input rows every step (latency-bound at decode sizes).
         # Not divided by TP: no fp8 capture above TP1 exists, and latency-bound kernels do not shrink with their rows.
         if dense_fp8:
@@ -345,9 +353,9 @@ class PerfModel:
         )
         n = math.ceil(tokens)
         weights = self._weights_read(n)
-        if self._fp8_rows:
+        if self._rows:
             rows = n if self.deployment.enforce_eager else cuda_graph_padded_tokens(n, self._graph_max_tokens)
-            weights += self._fp8_linear_bytes * (row_factor(self._fp8_rows, rows) - 1.0)
+            weights += self._linear_bytes * (row_factor(self._rows, rows) - 1.0)
         t_w = weights / self._weight_bw
         t_c = self._linear_flops_per_token * tokens / self._flops + other_flops / self._bf16_flops
         if self._elementwise_bytes_per_token:

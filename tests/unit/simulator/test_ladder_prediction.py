@@ -63,7 +63,7 @@ def test_bands_grow_with_tp_and_over_pcie() -> None:
     assert lp.bands(Tier(1), "nvlink") == (0.035, 0.36, 0.0)
     t, p, s = lp.bands(Tier(4), "nvlink")
     assert (round(t, 3), round(p, 3), s) == (0.175, 0.5, 0.14)
-    assert lp.bands(Tier(4), "pcie")[2] == 0.322
+    assert lp.bands(Tier(4), "pcie")[2] == 0.329
     assert lp.bands(Tier(1), "nvlink", fp8=True) == (0.06, 0.36, 0.0)
     assert lp.bands(Tier(1), "nvlink", concurrency=128) == (0.035, 0.36, 0.0)
     assert lp.bands(Tier(1), "nvlink", concurrency=129)[0] == lp.bands(Tier(1), "nvlink", fp8=True, concurrency=256)[0] == 0.10

@@ -6,7 +6,7 @@ Every request of the closed loops was stamped inside vLLM's API server and Engin
 (`benchmarks/vllm_request_stages.py` joins the stamps; docs/simulator.md, "Inside real vLLM, request by
 request"). These hold what the stamps showed, and where the simulator's model stands against it: the 8B's and
 the 14B's decode steps, unprofiled, are the model's within 3 %; a lone request's time to first token adds up
-(run 20's 8B c1 within 7 %), but not from the same parts: the model's intake is about twice the real API
+(run 20's 8B c1 7 % long), but not from the same parts: the model's intake is about twice the real API
 server's, which leaves the output path and, on CPU-bound steps, a step's launch to the intake's share; a step
 without a CUDA graph costs the 1B's vLLM 1.6 times the model's CPU floor; a prefill step within the piecewise
 graphs costs about 10 ms, where the model has the decode step's floor.
@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,16 +27,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 import sim_waves_virtual as virtual
 import vllm_request_stages as stages
 
+from kneepoint.core.gpus import get_gpu_type
 from kneepoint.simulator.calibration import load_calibration
 from kneepoint.simulator.calibration_vllm import (
     fit_attention_per_seq_per_layer,
+    fit_kv_read_efficiency,
+    kv_read_bytes_per_second,
     load_attention_kernel_us,
     load_gemm_rows,
     load_lone_prefill_ms,
     lone_prefill_model,
 )
 from kneepoint.simulator.intake import Intake
-from kneepoint.simulator.perf_model import decode_work, prefill_work
+from kneepoint.simulator.perf_model import PerfModel, decode_work, prefill_work
 
 # What each stage needs: the non-streaming load has no client-side first token.
 NEEDED = {"start", "http", "rendered", "send", "sent", "core_in", "core_add", "sched", "update", "end"}
@@ -52,6 +57,12 @@ def _launch_ms(run: str, label: str, mode: str, max_tokens: int | None = None) -
     xs = [x.interval_ms for x in stages.launches(run, label) if x.mode == mode and (max_tokens is None or x.tokens <= max_tokens)]
     assert len(xs) >= 5, (run, label, mode)
     return stages.median(xs)
+
+
+def _with_compute(perf: PerfModel, **compute: Any) -> PerfModel:
+    """``perf`` with some of its calibration's compute constants changed: what a term does, switched off."""
+    cal = perf.calibration
+    return PerfModel(perf.shape, perf.hardware, perf.deployment, replace(cal, compute=replace(cal.compute, **compute)))
 
 
 @pytest.mark.parametrize(
@@ -99,14 +110,16 @@ def test_a_lone_request_reaches_the_scheduler_in_3_to_8_ms_where_the_model_takes
 
 
 def test_the_models_lone_ttft_adds_up_from_other_parts() -> None:
-    # Run 20's 8B c1 (32.1 ms, as runs 2-3's 32.0): the model's intake + step within 7 %, though its intake alone
-    # is about twice the real one (above) and its step leaves out the output path.
+    # Run 20's 8B c1 (32.1 ms, as runs 2-3's 32.0): the model's intake (8,588 us + 1.5 us a token: 10.1 ms) + step
+    # (24.2 ms) 7.0 % long, though its intake alone is about twice the real one (above) and its step leaves out the
+    # output path.
     perf, intake = stages.model("8b")
     from kneepoint.simulator.perf_model import prefill_work
 
+    assert intake.lone_seconds(1025) * 1e3 == pytest.approx(10.1, abs=0.05)
     model = (intake.lone_seconds(1025) + perf.step_time(prefill_work(1025)).seconds) * 1e3
     real = _median("8b", "c1", "start", "first")
-    assert model == pytest.approx(real, rel=0.07)
+    assert 0.065 < model / real - 1 < 0.075
     assert _median("8b", "c1", "sched", "update") == pytest.approx(perf.step_time(prefill_work(1025)).seconds * 1e3, rel=0.05)
 
 
@@ -351,9 +364,12 @@ def test_the_models_output_loop_falls_behind_where_vllms_does_and_keeps_up_where
     assert behind_after("1b", "c128", 128) < 3 * 128 / stages.output_rates("1b", "c128", 128)[0]
 
 
-def _simulated(cap: dict) -> dict[str, float]:
-    """One stamped load (a `sim_waves_virtual.stage_loads` entry) replayed on the virtual clock, one seed."""
+def _simulated(cap: dict, **compute: Any) -> dict[str, float]:
+    """One stamped load (a `sim_waves_virtual.stage_loads` entry) replayed on the virtual clock, one seed; ``compute``:
+    calibration constants changed (:func:`_with_compute`)."""
     settings = virtual.replay_settings(cap["engineFlags"])
+    if compute:
+        settings = replace(settings, perf=_with_compute(settings.perf, **compute))
     serving = settings.perf.calibration.serving
     return virtual.run(
         settings,
@@ -384,14 +400,15 @@ def test_on_every_host_a_1b_wave_waits_longer_for_its_first_tokens_than_the_mode
     assert 24.0 < sim["ttftP50Ms"] / sim["tpotMeanMs"] < 33.0
 
 
-def test_the_1bs_first_tokens_wait_in_the_enginecore_and_the_larger_models_intake_is_half_the_models() -> None:
+def test_the_1bs_first_tokens_wait_in_the_enginecore_and_the_larger_models_intake_is_under_the_models() -> None:
     # Runs 19-21 and 25-27, the stamps splitting each request's time to its first token at the EngineCore's input
     # thread: on the 1B (every host, c8-c128) the EngineCore's part (to the end of the step that made the first
-    # token) is 1.26-2.7 times the simulator's, while its send-to-engine part is 0.5-1.5 times the simulator's; on
-    # the 8B and the 14B the send-to-engine part is 0.43-0.75 of the simulator's intake in every load, their engine
-    # parts 0.76-1.39 of its. So the 1B's missing hold is on the EngineCore's side, and the larger models' intake
-    # stands in for part of theirs. Lone prompts whose step is not the model's left out: a lone 1B prompt's step is
-    # the host's CPU time (9-21 ms over the hosts), a lone 128-token one a prefill within the piecewise graphs (above).
+    # token) is 1.26-2.7 times the simulator's, while its send-to-engine part is 0.6-1.7 times the simulator's; on
+    # the 8B and the 14B the send-to-engine part is 0.43-0.95 of the simulator's intake in every load (0.43-0.79 but
+    # for the c32 waves of 128-token prompts, 0.62-0.95, since the intake's refit), their engine parts 0.75-1.38 of
+    # its. So the 1B's missing hold is on the EngineCore's side, and the larger models' intake stands in for part of
+    # theirs. Lone prompts whose step is not the model's left out: a lone 1B prompt's step is the host's CPU time
+    # (9-21 ms over the hosts), a lone 128-token one a prefill within the piecewise graphs (above).
     sims: dict[tuple[str, tuple], dict[str, float]] = {}
     for name, cap in virtual.stage_loads().items():
         config, real, one_b = cap["config"], cap["summary"], cap["model"].startswith("1b-tp1")
@@ -406,19 +423,20 @@ def test_the_1bs_first_tokens_wait_in_the_enginecore_and_the_larger_models_intak
         to_engine = real["toEngineP50Ms"] / sim["toEngineP50Ms"]
         engine = real["engineToFirstP50Ms"] / sim["engineToFirstP50Ms"]
         if one_b:
-            assert engine > 1.25 and 0.45 < to_engine < 1.55, (name, engine, to_engine)
+            assert engine > 1.25 and 0.55 < to_engine < 1.75, (name, engine, to_engine)
         else:
-            assert to_engine < 0.8 and 0.7 < engine < 1.45, (name, engine, to_engine)
+            assert to_engine < 0.97 and 0.7 < engine < 1.45, (name, engine, to_engine)
 
 
-def test_on_an_h100_a_wave_reaches_the_enginecore_in_half_the_models_intake_in_bf16_and_fp8_alike() -> None:
+def test_on_an_h100_a_wave_reaches_the_enginecore_sooner_than_the_models_intake_in_bf16_and_fp8_alike() -> None:
     # Runs 28-29's stamped closed loops of 128-token prompts on an H100 (the 8B at c16 and c128, 512 out; the 8B fp8
     # at c8 and c48, 256 out; two takes each) and run 37's, held out (both at c24 and c40, 256 out). The
-    # send-to-EngineCore half of a request's time to its first token is 0.44-0.68 of the simulator's intake in all
-    # twelve loads, whichever the dtype; from c16 up the other half (to the end of the step that made its first
-    # token) is the simulator's within 20 % in both. So the fp8 engine's late
-    # TTFTs at these loads come from the intake, not its step (docs/simulator.md, "The H100's waves, split at the
-    # EngineCore").
+    # send-to-EngineCore half of a request's time to its first token is 0.50-0.84 of the simulator's intake in all
+    # twelve loads, whichever the dtype (0.41-0.69 before the intake's refit); at c16-c48 the other half (to the end
+    # of the step that made its first token) is the simulator's within 16 % in both. So the fp8 engine's late TTFTs
+    # at these loads come from the intake, not its step (docs/simulator.md, "The H100's waves, split at the
+    # EngineCore"). The 8B's c128 waves' other half is 1.22-1.56 times the simulator's (0.85-1.10 before): the
+    # refitted intake lets them in sooner and they wait less in the model's engine than in vLLM's.
     sims: dict[tuple, dict[str, float]] = {}
     seen = set()
     for name, cap in virtual.stage_loads().items():
@@ -431,9 +449,10 @@ def test_on_an_h100_a_wave_reaches_the_enginecore_in_half_the_models_intake_in_b
         if load not in sims:
             sims[load] = _simulated(cap)
         sim = sims[load]
-        assert 0.4 < real["toEngineP50Ms"] / sim["toEngineP50Ms"] < 0.7, name
+        assert 0.48 < real["toEngineP50Ms"] / sim["toEngineP50Ms"] < 0.86, name
         if config["concurrency"] >= 16:
-            assert 0.8 < real["engineToFirstP50Ms"] / sim["engineToFirstP50Ms"] < 1.1, name
+            engine = real["engineToFirstP50Ms"] / sim["engineToFirstP50Ms"]
+            assert (1.15 < engine < 1.6) if config["concurrency"] == 128 else (0.8 < engine < 1.1), name
     assert seen == set(virtual.STAGE_WAVE_RUNS)
 
 
@@ -510,20 +529,20 @@ def test_a_lone_prefills_launch_is_the_hosts_of_the_day_not_the_machine_kinds() 
         assert 3.0 < stages.median(stages.span_ms(stages.requests(run, "c1-p128"), "start", "core_in")) < 3.6, run
 
 
-def test_on_run_39s_host_the_8b_lone_and_c8_first_tokens_are_the_models_and_its_c32_waves_late() -> None:
-    # Held out: the simulator on an H100, run 39's loads. The lone prompts' and the c8 waves' TTFT P50 within 8 %
-    # in both dtypes; the c32 waves' 9-15 % late, their requests reaching the EngineCore in 47 ms against 33
-    # (the intake's gate), every TPOT within 2.5 %.
+def test_on_run_39s_host_the_8bs_waves_first_tokens_are_the_models_and_its_lone_ones_early() -> None:
+    # Held out: the simulator on an H100, run 39's loads. The c8 and c32 waves' TTFT P50 within 6 % in both dtypes
+    # (c32 1-4 % late, their requests reaching the EngineCore in 38 ms against 33, the intake's gate; 10-14 % late and
+    # 47 ms before the intake's refit), the lone prompts' 3 % (bf16) and 11 % (fp8) early, every TPOT within 2.5 %.
     loads = virtual.stage_loads()
     for run in ("8b-one-host-2", "8b-fp8-one-host-2"):
-        for label, lo, hi in (("c1-p128", -0.08, 0.0), ("c8", -0.01, 0.02), ("c32", 0.08, 0.16)):
+        for label, lo, hi in (("c1-p128", -0.12, -0.02), ("c8", -0.07, 0.02), ("c32", 0.0, 0.05)):
             load = loads[f"{run}/{label}"]
             real, sim = load["summary"], _simulated(load)
             err = sim["ttftP50Ms"] / real["ttftP50Ms"] - 1
             assert lo < err < hi, (run, label, err)
             assert abs(sim["tpotMeanMs"] / real["tpotMeanMs"] - 1) < 0.025, (run, label)
         c32 = loads[f"{run}/c32"]
-        assert 32 < c32["summary"]["toEngineP50Ms"] < 34 and 46 < _simulated(c32)["toEngineP50Ms"] < 48.5, run
+        assert 32 < c32["summary"]["toEngineP50Ms"] < 34 and 37.5 < _simulated(c32)["toEngineP50Ms"] < 39, run
 
 
 def _wave_prefill_steps(run: str, label: str, wave: int) -> tuple[list[tuple[float, int, int]], dict[str, float], float]:
@@ -573,8 +592,10 @@ def test_a_synchronized_waves_first_token_waits_for_the_launches_of_two_steps() 
     # The 8B's c128 wave (run 28, stamped): the API server takes all 128 handlers first (20-48 ms after the first send,
     # 0.2 ms apart), renders the first prompt after the last handler and then one every 0.6 ms, so the EngineCore has
     # the first at 55 ms, the median at 94 and the last at 134 ms, and the wave's first token comes at 129 ms. The
-    # simulator's intake, given the same sends, lets the first through as early (56 ms) but the rest together at the end:
-    # its gate shares 1.3 ms a request among all it holds, so the median leaves at 171 ms and the last at 179.
+    # simulator's intake, given the same sends, lets the first through at 20 ms, 35 ms before vLLM's (its 1.0 ms at the
+    # gate done while the wave's sends, 18 ms in all, still come in; 1.3 ms before the intake's refit: 56 ms), and the
+    # rest together at the end: its gate shares 1.0 ms a request among all it holds, so the median leaves at 133 ms and
+    # the last at 145 (171 and 179 before).
     rows = stages.waves(stages.requests("8b-waves", "c128"))[0]
     t0 = min(r["start"] for r in rows)
     handlers = sorted((r["http"] - t0) * 1e3 for r in rows)
@@ -590,8 +611,8 @@ def test_a_synchronized_waves_first_token_waits_for_the_launches_of_two_steps() 
     through: list[float] = []
     while len(through) < len(rows):
         through += [at * 1e3 for at, _ in intake.reached(intake.next_event() or 0.0)]
-    assert through[0] == pytest.approx(56.5, abs=1.0) and through[-1] == pytest.approx(179.2, abs=1.0)
-    assert stages.median(through) == pytest.approx(171.0, abs=1.0) and stages.median(core) == pytest.approx(94.0, abs=0.5)
+    assert through[0] == pytest.approx(19.6, abs=1.0) and through[-1] == pytest.approx(145.0, abs=1.0)
+    assert stages.median(through) == pytest.approx(132.7, abs=1.0) and stages.median(core) == pytest.approx(94.0, abs=0.5)
 
 
 @pytest.mark.parametrize(
@@ -720,56 +741,72 @@ def test_on_run_39s_host_a_vcpu_runs_python_at_one_of_two_speeds() -> None:
     assert len([ms for ms in h200 if 11.5 < ms < 14.9]) > len(h200) / 2
 
 
-def test_on_an_h100_128_short_sequences_decode_half_a_millisecond_above_the_model_what_bf16s_gemms_add_at_128_rows() -> None:
+def test_on_an_h100_128_short_sequences_decode_as_the_model_with_bf16s_gemms_at_128_rows() -> None:
     # Run 40 (kit-scripts/exp-c128-short.sh): run 9's 128/128 load at c128 and one 128/512 wave, stamped, on an H100.
     # 128 sequences decode in 8.6-8.7 ms at 144-176 tokens of context (half the steps of a load within 0.3 ms of its
-    # median: no CPU jitter), 10.45 at 528. The model is 0.4-0.8 ms (4.6-9 %) short at 144 tokens in every take (runs
-    # 28-29's waves too) and within 0.3 ms from 500 on: its KV read rises faster with the context than vLLM's. bf16's
-    # cuBLAS GEMMs take 1.08x their 1-16-row time at 128 rows on the H100 (run 30; 1.12x on the H200, run 12), 13 us
-    # a layer of the 8B, 0.42 ms a step, which the roofline does not give (the weights still bind at 128 rows).
+    # median: no CPU jitter), 10.45 at 528. bf16's cuBLAS GEMMs take 1.08x their 1-16-row time at 128 rows on the H100
+    # (run 30; 1.12x on the H200, run 12), 13 us a layer of the 8B, 0.42 ms a step, which the roofline does not give
+    # (the weights still bind at 128 rows): compute.bf16GemmRowFactorsByGpu adds 0.35 ms. With it the model is
+    # 0.07-0.23 ms (1-3 %) short at 144 tokens in every take (runs 28-29's waves too; 0.42-0.58 ms without it, as
+    # before) and within 0.4 ms from 464 on, where its KV read is the kernel's (run 42, below).
     perf, _ = stages.model("8b-short-c128")
+    no_rows = _with_compute(perf, bf16_gemm_row_factors=(), bf16_gemm_row_factors_by_gpu=())
     steps = [x.interval_ms for x in stages.launches("8b-short-c128", "c128-p128") if x.tokens == x.seqs == 128]
     quarter = sorted(steps)[len(steps) // 4 : 3 * len(steps) // 4]
     assert 8.5 < stages.median(steps) < 8.9 and quarter[-1] - quarter[0] < 0.3
     for run, label in (("8b-short-c128", "c128-p128"), ("8b-short-c128", "c128-d"), ("8b-waves", "c128"), ("8b-waves-2", "c128")):
         bins = stages.decode_by_context(run, label)
         gaps = [real - perf.step_time(decode_work(128, ctx)).seconds * 1e3 for ctx, real in bins]
-        assert bins[0][0] == 144 and 0.35 < gaps[0] < 0.85, (run, label)
-        assert all(abs(g) < 0.3 for (ctx, _), g in zip(bins, gaps, strict=True) if ctx >= 464), (run, label)
+        assert bins[0][0] == 144 and 0.03 < gaps[0] < 0.26, (run, label)
+        assert 0.4 < bins[0][1] - no_rows.step_time(decode_work(128, 144)).seconds * 1e3 < 0.6, (run, label)
+        assert all(abs(g) < 0.4 for (ctx, _), g in zip(bins, gaps, strict=True) if ctx >= 464), (run, label)
     assert 10.3 < stages.decode_by_context("8b-short-c128", "c128-d")[12][1] < 10.6
     gemms = load_gemm_rows(stages.DATA, "bf16", "h100-sxm")[("8b", 1)]
     assert 1.06 < gemms[128] / gemms[16] < 1.1 and 0.32 < (gemms[128] - gemms[16]) * perf.shape.num_layers / 1e3 < 0.5
+    added = (perf.step_time(decode_work(128, 144)).seconds - no_rows.step_time(decode_work(128, 144)).seconds) * 1e3
+    assert 0.3 < added < 0.4
     weights = perf.deployment.weight_bytes_per_gpu / perf._weight_bw
     assert perf._linear_flops_per_token * 128 / perf._flops < 0.8 * weights
 
 
-def test_on_run_40s_loads_the_models_tpot_is_short_everywhere_and_a_lone_waves_first_tokens_late() -> None:
-    # Held out, the simulator on run 40's stamped loads of 128-token prompts (both dtypes): every TPOT 2-6 % short (the
-    # short-context decode step above), every throughput and E2E within 7 %; a lone wave's (c128-d) TTFT P50 25-45 %
-    # late, as runs 28-29's, its requests reaching the EngineCore in 90-132 ms where the model's intake gives 183.
+def test_on_run_40s_loads_the_models_tpot_is_within_7_percent_and_the_fp8s_lone_wave_first_tokens_late() -> None:
+    # Held out, the simulator on run 40's stamped loads of 128-token prompts (both dtypes): bf16's TPOT within 3 %
+    # (3-6.5 % short without its 128-row GEMMs: the short-context decode step above), fp8's 4-7 % short (3-4.5 % before
+    # the refit); every throughput and E2E within 8 % (bf16) and 10.5 % (fp8's c128 closed loop 10 % fast, 4 % before);
+    # a lone wave's (c128-d) TTFT P50 3 % late on bf16 and 39 % on fp8 (41 and 27 % before), its requests reaching the
+    # EngineCore in 90-132 ms where the model's intake gives 148 (183 before).
     loads = virtual.stage_loads()
     for run in ("8b-short-c128", "8b-fp8-short-c128"):
+        bf16 = run == "8b-short-c128"
         real = {label: loads[f"{run}/{label}"]["summary"] for label in ("c128-p128", "c128-d", "c64-p128")}
         sims = {label: _simulated(loads[f"{run}/{label}"]) for label in real}
         for label, sim in sims.items():
-            assert -0.06 < sim["tpotMeanMs"] / real[label]["tpotMeanMs"] - 1 < -0.02, (run, label)
+            tpot = sim["tpotMeanMs"] / real[label]["tpotMeanMs"] - 1
+            assert (-0.035 < tpot < 0.01) if bf16 else (-0.07 < tpot < -0.03), (run, label)
+            if bf16:
+                rowless = _simulated(loads[f"{run}/{label}"], bf16_gemm_row_factors=(), bf16_gemm_row_factors_by_gpu=())
+                assert -0.07 < rowless["tpotMeanMs"] / real[label]["tpotMeanMs"] - 1 < -0.03, label
             for key in ("outputTokensPerSecond", "latencyP50Ms", "latencyP99Ms"):
-                assert abs(sim[key] / real[label][key] - 1) < 0.07, (run, label, key)
+                assert abs(sim[key] / real[label][key] - 1) < (0.08 if bf16 else 0.11), (run, label, key)
         lone, sim = real["c128-d"], sims["c128-d"]
-        assert 0.25 < sim["ttftP50Ms"] / lone["ttftP50Ms"] - 1 < 0.45, run
-        assert 85 < lone["toEngineP50Ms"] < 135 and 175 < sim["toEngineP50Ms"] < 190, run
+        late = sim["ttftP50Ms"] / lone["ttftP50Ms"] - 1
+        assert (0.0 < late < 0.08) if bf16 else (0.3 < late < 0.45), run
+        assert 85 < lone["toEngineP50Ms"] < 135 and 145 < sim["toEngineP50Ms"] < 151, run
         # at c64 (waves of 64 whose sends spread over 35-126 ms after the first) the requests reach the EngineCore in
-        # 70-102 ms, the model's 86-87: the intake's excess is the c128 waves', whose 128 requests are sent together
-        assert 0.75 < real["c64-p128"]["toEngineP50Ms"] / sims["c64-p128"]["toEngineP50Ms"] < 1.25, run
+        # 70-102 ms, the model's 65-66 (86-87 before), and at c128 in 123-132, the model's 119: the intake's excess is
+        # the lone c128 wave's, whose 128 requests are sent together
+        assert 1.0 < real["c64-p128"]["toEngineP50Ms"] / sims["c64-p128"]["toEngineP50Ms"] < 1.65, run
+        assert 0.95 < real["c128-p128"]["toEngineP50Ms"] / sims["c128-p128"]["toEngineP50Ms"] < 1.15, run
 
 
 def test_run_41_the_short_context_gap_is_the_kv_reads_slope_in_three_engines_and_the_hosts_speed_moves_the_waves() -> None:
     # Run 41 (kit-scripts/exp-c128-short.sh again, an H100): the 8B fp8 a second time and the 14B fp8, held out at these
     # loads. The 8B fp8's decode steps repeat run 40's within 0.1 ms at every context. From 144 to 623 tokens of context
-    # vLLM's step rises 0.74-0.83 of what the model's rises in all three engines (bf16 and fp8, 8B and 14B): the
-    # model's KV read is too steep whatever the dtype, so the gap at short context is not fp8's or bf16's own; the 14B
-    # fp8's step was 6.5-7 % above the model at 144 tokens and within 1.4 % from 464 on, and since attention's fixed
-    # part a sequence counts in each of its 48 layers (run 42, below) 4.5 % above at 144 and 0-3.4 % under from 464 on.
+    # vLLM's step rises 0.88-0.91 of what the model's rises in all three engines (bf16 and fp8, 8B and 14B; 0.78-0.81
+    # with the KV read fitted before, 0.8079 of the datasheet): the model's KV read, now the kernel's rate from 400
+    # tokens on (run 42), is still too steep whatever the dtype, as the kernel rises 0.89 of that rate from 144 to 624,
+    # so the gap at short context is not fp8's or bf16's own. The held-out 14B fp8's model step is 5.8 % short at 144
+    # tokens and 0.9-3.1 % short from 464 on (4.5 % short and 1.0-3.4 % long before).
     first = dict(stages.decode_by_context("8b-fp8-short-c128", "c128-d"))
     second = dict(stages.decode_by_context("8b-fp8-short-c128-2", "c128-d"))
     assert first.keys() == second.keys() and max(abs(first[c] - second[c]) for c in first) < 0.12
@@ -778,11 +815,14 @@ def test_run_41_the_short_context_gap_is_the_kv_reads_slope_in_three_engines_and
         perf, _ = stages.model(run)
         bins = dict(stages.decode_by_context(run, "c128-d"))
         model = {ctx: perf.step_time(decode_work(128, ctx)).seconds * 1e3 for ctx in bins}
-        assert 0.74 < (bins[623] - bins[144]) / (model[623] - model[144]) < 0.83, run
+        assert 0.86 < (bins[623] - bins[144]) / (model[623] - model[144]) < 0.93, run
+        fitted = _with_compute(perf, kv_bandwidth_efficiency=0.8079)
+        rise = (fitted.step_time(decode_work(128, 623)).seconds - fitted.step_time(decode_work(128, 144)).seconds) * 1e3
+        assert 0.76 < (bins[623] - bins[144]) / rise < 0.83, run
         curves[run] = bins, model
     held_out, model = curves["14b-fp8-short-c128"]
     errors = {ctx: model[ctx] / real - 1 for ctx, real in held_out.items()}
-    assert -0.055 < errors[144] < -0.035 and all(0 <= e < 0.04 for ctx, e in errors.items() if ctx >= 464)
+    assert -0.065 < errors[144] < -0.05 and all(-0.035 < e < 0 for ctx, e in errors.items() if ctx >= 464)
     # The same load on two H100 machines: run 41's host ran host_probe.py's pinned loop at 8.8-9.5 ms on 14 and 9 of
     # 16 vCPUs (run 40's: 7 and 5 under 11.6 ms, at 9.5-11.5; most of the rest 15-21 ms on both). Its 8B fp8 waves
     # reached the EngineCore in 77 ms (median, c128) where run 40's took 132, and its TTFT P50 (267.5 ms) lies 23 %
@@ -805,12 +845,16 @@ def test_run_42_the_decode_attention_kernel_alone_reads_the_kv_cache_near_the_da
     copy = next(r for r in rows if r["what"] == "copy")
     assert 2950 < copy["gbps"] < 3100  # a 2 GiB copy: 3.02 TB/s read and written
     # From 400 tokens on, 128 sequences' kernel adds 0.162 us a token of context a layer: 3.24 TB/s of KV read, above
-    # the copy's rate and 97 % of the datasheet's 3.35, where the model reads the KV cache at 2.83 TB/s.
+    # the copy's rate and 97 % of the datasheet's 3.35. The model reads the KV cache on an H100 at that rate
+    # (compute.kvBandwidthEfficiency, measured here, not fitted: 3.23 TB/s, both head shapes; 2.83 before, fitted).
     _, slope = stages.slope([(c, us) for (s, b, c), us in attn.items() if s == "8b" and b == 128 and c >= 400])
     kv_bytes_per_token = 128 * 8 * 128 * 2 * 2  # 128 sequences, 8 KV heads of 128, K and V, bf16: one layer
     assert 3.1e12 < kv_bytes_per_token / (slope * 1e-6) < 3.35e12
-    perf, _ = stages.model("8b-short-c128")
-    assert 2.7e12 < perf._kv_bw < 2.95e12
+    rate, cal = kv_read_bytes_per_second(stages.DATA), load_calibration()
+    h100 = get_gpu_type("h100-sxm").hbm_bandwidth_gbps * 1e9 * cal.compute.bandwidth_scale_for("h100-sxm")
+    assert h100 * cal.compute.kv_bandwidth_efficiency == pytest.approx(rate, rel=0.01)
+    assert cal.compute.kv_bandwidth_efficiency == pytest.approx(fit_kv_read_efficiency(rate, cal), rel=0.002)
+    assert stages.model("8b-short-c128")[0]._kv_bw == pytest.approx(h100 * cal.compute.kv_bandwidth_efficiency)
     # The kernel steps up each time the context passes a multiple of 128 (6-11 us a layer at 128 sequences, 0.2-0.36 ms
     # a step of the 8B's 32 layers: runs 40-41's steps at 272, 400 and 528 tokens), and at 32 sequences it is flat from
     # 144 to 256 tokens (a floor, not the KV read). Its rise from 144 to 624 tokens, 32 layers, is run 40's step's.
@@ -827,9 +871,9 @@ def test_run_42_the_decode_attention_kernel_alone_reads_the_kv_cache_near_the_da
 def test_run_42s_fixed_part_a_sequence_counts_in_every_layer_and_brings_the_held_out_14bs_steps_in() -> None:
     # At zero context on its KV-read line the kernel takes 11 us a layer at 32 sequences and 23 at 128, both head
     # shapes: 0.126 (8B) and 0.138 us (14B) a sequence a layer, what compute.attentionUsPerSeqPerLayer ships (the
-    # fit's per-sequence constant keeps the rest, 2.7 of the 8B's 6.9 us). A sequence then costs the 14B's 48 layers
-    # 9.1 us a step where it cost 6.9, and the held-out 14B fp8's 128-sequence steps (run 41) come within 4.6 % at
-    # every context (7.1 % before), the 8B's steps unchanged.
+    # fit's per-sequence constant keeps the rest, 2.6 of the 8B's 6.8 us). A sequence then costs the 14B's 48 layers
+    # 8.9 us a step, not the 8B's 6.8, and the held-out 14B fp8's 128-sequence steps (run 41) come within 5.8 % at every
+    # context (8.3 % short at 144 tokens with the 8B's 6.8 us), the 8B's steps unchanged.
     kernel = load_attention_kernel_us(stages.DATA)
     assert {(s, b) for s, b, _ in kernel} == {("8b", 32), ("8b", 128), ("14b", 32), ("14b", 128)}
     per_layer = fit_attention_per_seq_per_layer(kernel)
@@ -838,13 +882,20 @@ def test_run_42s_fixed_part_a_sequence_counts_in_every_layer_and_brings_the_held
     for run, layers in (("8b-short-c128", 32), ("14b-fp8-short-c128", 48)):
         perf, _ = stages.model(run)
         assert perf._per_sampled_seq * 1e6 == pytest.approx(cal.compute.overhead_us_per_sampled_seq + per_layer * layers)
-    assert 6.8 < stages.model("8b-short-c128")[0]._per_sampled_seq * 1e6 < 7.1
+    flat = stages.model("8b-short-c128")[0]._per_sampled_seq * 1e6
+    assert 6.7 < flat < 6.9
+    fourteen = stages.model("14b-fp8-short-c128")[0]
+    bins = dict(stages.decode_by_context("14b-fp8-short-c128", "c128-d"))
+    flat_14b = _with_compute(fourteen, attention_us_per_seq_per_layer=0.0, overhead_us_per_sampled_seq=flat)
+    for perf, lo, hi in ((fourteen, -0.065, -0.05), (flat_14b, -0.09, -0.075)):
+        assert lo < perf.step_time(decode_work(128, 144)).seconds * 1e3 / bins[144] - 1 < hi
     # Every stamped decode-only bin of the 14B and 70B engines (runs 21, 22, 32, 38, 41; 8 or more sequences, 32
-    # steps a bin) within 5 % of the model (before: the 14B fp8's at 128 sequences and 144 tokens 7.0 % above it).
+    # steps a bin) within 5.8 % of the model, the worst the 14B fp8's at 128 sequences and 144 tokens, the model 5.8 %
+    # short (4.5 % before the KV read was the kernel's; vLLM 7.0 % above it before run 42's fixed part).
     deep = [run for run, (name, _, _) in stages.RUNS.items() if name.startswith(("14b", "70b"))]
     assert {stages.RUNS[run][2] for run in deep} == {"run 21", "run 22", "run 32", "run 38", "run 41"}
     errors = [e for run in deep for e, _ in stages.decode_step_errors(run)]
-    assert len(errors) > 350 and max(abs(e) for e in errors) < 0.046
+    assert len(errors) > 350 and max(abs(e) for e in errors) < 0.059
 
 
 def test_the_decode_steps_table_counts_every_stamped_bin_the_1bs_aside(capsys: pytest.CaptureFixture[str]) -> None:

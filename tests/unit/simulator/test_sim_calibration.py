@@ -18,6 +18,7 @@ Which graph-replay points exist (every call of every file is checked, not only c
 
 from __future__ import annotations
 
+import copy
 import re
 from collections import Counter
 from pathlib import Path
@@ -159,3 +160,16 @@ def test_a_calibration_without_bandwidth_scales_gives_every_gpu_its_datasheet_sh
     assert plain.bandwidth_scale_for("h100-sxm") == plain.bandwidth_scale_for("h200") == plain.bandwidth_scale_for(None) == 1.0
     # the shipped file scales the H100's alone
     assert CAL.compute.bandwidth_scale_for("h200") == 1.0 and CAL.compute.bandwidth_scale_for("h100-sxm") > 1.0
+
+
+def test_bf16_row_factor_tables_are_read_checked_and_written_back() -> None:
+    doc = copy.deepcopy(calibration_to_json(CAL))
+    doc["compute"]["bf16GemmRowFactors"] = [[16, 1.0], [128, 1.12]]
+    doc["compute"]["bf16GemmRowFactorsByGpu"] = {"h100-sxm": [[16, 1.0], [128, 1.08]]}
+    cal = calibration_from_json(doc)
+    assert cal.compute.bf16_row_factors_for("h100-sxm") == ((16, 1.0), (128, 1.08))
+    assert cal.compute.bf16_row_factors_for("h200") == cal.compute.bf16_row_factors_for(None) == ((16, 1.0), (128, 1.12))
+    assert calibration_from_json(calibration_to_json(cal)) == cal
+    doc["compute"]["bf16GemmRowFactorsByGpu"] = {"h100-sxm": [[128, 1.08], [16, 1.0]]}
+    with pytest.raises(ValueError, match=r"compute\.bf16GemmRowFactorsByGpu\.h100-sxm"):
+        calibration_from_json(doc)
