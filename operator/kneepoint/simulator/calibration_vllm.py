@@ -525,14 +525,19 @@ ATTENTION_KERNEL_SPLITS = 32  # the split count vLLM's FlashAttention backend gi
 ATTENTION_KERNEL_FROM = 400  # the KV-read line is fitted from here on (below, a floor and 128-token steps)
 
 
+def _attention_kernel_rows(data_dir: Path) -> list[dict[str, Any]]:
+    """Run 42's timings of the decode attention call at vLLM's split count."""
+    rows = (json.loads(line) for line in (data_dir / ATTENTION_KERNEL_FILE).read_text().splitlines())
+    return [row for row in rows if row.get("what") == "attn" and row["splits"] == ATTENTION_KERNEL_SPLITS]
+
+
+def _kernel_us(rows: list[dict[str, Any]]) -> dict[tuple[str, int, int], float]:
+    return {(row["shape"], int(row["batch"]), int(row["ctx"])): float(row["us_p50"]) for row in rows}
+
+
 def load_attention_kernel_us(data_dir: Path) -> dict[tuple[str, int, int], float]:
     """One decode attention call's time (µs: one layer) by (head shape, sequences, context) at vLLM's split count."""
-    kernel = {}
-    for line in (data_dir / ATTENTION_KERNEL_FILE).read_text().splitlines():
-        row = json.loads(line)
-        if row.get("what") == "attn" and row["splits"] == ATTENTION_KERNEL_SPLITS:
-            kernel[(row["shape"], int(row["batch"]), int(row["ctx"]))] = float(row["us_p50"])
-    return kernel
+    return _kernel_us(_attention_kernel_rows(data_dir))
 
 
 def fit_attention_per_seq_per_layer(kernel: dict[tuple[str, int, int], float]) -> float:
@@ -558,12 +563,10 @@ def kv_read_bytes_per_second(data_dir: Path) -> float:
     """The decode attention kernel's KV read rate alone (run 42): at the most sequences timed, the slope of its time
     over the context from :data:`ATTENTION_KERNEL_FROM` tokens on, as bytes of KV a second, averaged over the head
     shapes timed (its fixed part and its steps every 128 tokens aside)."""
-    per_token: dict[tuple[str, int], float] = {}  # KV bytes one token of context of one sequence holds in one layer
-    for line in (data_dir / ATTENTION_KERNEL_FILE).read_text().splitlines():
-        row = json.loads(line)
-        if row.get("what") == "attn" and row["splits"] == ATTENTION_KERNEL_SPLITS:
-            per_token[(row["shape"], int(row["batch"]))] = row["kv_gbps"] * 1e3 * row["us_p50"] / (row["batch"] * row["ctx"])
-    kernel = load_attention_kernel_us(data_dir)
+    rows = _attention_kernel_rows(data_dir)
+    # KV bytes one token of context of one sequence holds in one layer, from each timing's own byte count
+    per_token = {(row["shape"], int(row["batch"])): row["kv_gbps"] * 1e3 * row["us_p50"] / (row["batch"] * row["ctx"]) for row in rows}
+    kernel = _kernel_us(rows)
     rates = []
     for shape in sorted({s for s, _, _ in kernel}):
         batch = max(b for s, b, _ in kernel if s == shape)
