@@ -73,8 +73,10 @@ def run(
     async_scheduling: bool,
     intake: Intake,
     output: OutputLoop | None = None,
+    record: list[tuple[float, float]] | None = None,
 ) -> dict[str, float]:
-    """The load generator's figures of one capture's first measured phase (after its warm-up)."""
+    """The load generator's figures of one capture's first measured phase (after its warm-up); ``record``, when
+    given, receives each measured request's (send time in s, TTFT in ms) in the order they were sent."""
     concurrency, measured, warmup, output_len = config["concurrency"], config["numRequests"], config["warmupRequests"], config["outputLen"]
     prompt = config["inputLen"] + BOS
     now = [0.0]
@@ -148,6 +150,8 @@ def run(
         send(now[0])
     drain(warmup + measured)
     kept = range(warmup, warmup + measured)
+    if record is not None:
+        record += [(starts[i], (tokens[i][0] - starts[i]) * 1e3) for i in kept]
     ttft = sorted((tokens[i][0] - starts[i]) * 1e3 for i in kept)
     e2e = sorted((tokens[i][-1] - starts[i]) * 1e3 for i in kept)
     tpot = [(tokens[i][-1] - tokens[i][0]) * 1e3 / (len(tokens[i]) - 1) for i in kept]
