@@ -113,11 +113,21 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
         kill_and_restart("tp1 Collecting")
         wait_tier_phase("tp2-pp1", "LoadTesting")
         kill_and_restart("tp2 LoadTesting")
-        status = wait_tier_phase("tp2-pp1", "Collecting")
-        # The operator queries Prometheus 5 s after the load test's end (KNEEPOINT_METRICS_SETTLE_SECONDS):
-        # kill it just then, inside the pass that records the tier and makes the decision.
-        time.sleep(max(0.0, 4.8 - (time.time() - _epoch(tier(status, "tp2-pp1")["loadTestFinishedAt"]))))
-        kill_and_restart("tp2 Collecting, at the decision")
+        # A restart that outlasts the rest of the load and the 5 s after it (a loaded CI machine: once in 2026-12-07's
+        # clean-clone run) finds both behind it and records the tier in one pass, leaving no Collecting to kill in.
+        status = cluster.wait(
+            namespace,
+            name,
+            lambda s: (tier(s, "tp2-pp1") or {}).get("phase") in ("Collecting", "Measured"),
+            90,
+            "tp2-pp1 Collecting or Measured",
+            interval=0.1,
+        )
+        if tier(status, "tp2-pp1")["phase"] == "Collecting":
+            # The operator queries Prometheus 5 s after the load test's end (KNEEPOINT_METRICS_SETTLE_SECONDS):
+            # kill it just then, inside the pass that records the tier and makes the decision.
+            time.sleep(max(0.0, 4.8 - (time.time() - _epoch(tier(status, "tp2-pp1")["loadTestFinishedAt"]))))
+            kill_and_restart("tp2 Collecting, at the decision")
         status = cluster.wait(namespace, name, lambda s: s.get("phase") == "Decided", 120, "Decided", interval=0.1)
         kill_and_restart("just Decided")
         time.sleep(8)  # the restarted operator looks at the finished experiment again
@@ -149,7 +159,7 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
     for step, seen, restart in kills:
         log.record("operator-sigkill", f"SIGKILL at {step}", True, status_at_kill=seen, restart_seconds=round(restart, 2))
     print("kills:", kills, "load tests (s):", [t.get("loadTestSeconds") for t in final["tiers"]])
-    assert len(kills) == 8
+    assert len(kills) == 8 or (len(kills) == 7 and "tp2 Collecting, at the decision" not in [k[0] for k in kills])
 
 
 def _epoch(stamp: str) -> float:
