@@ -71,9 +71,14 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
         operator.start()
         kills.append((step, seen, time.monotonic() - began))
 
-    def wait_tier_phase(tier_name: str, phase: str, timeout: float = 90) -> dict[str, Any]:
+    def wait_tier_phase(tier_name: str, *phases: str, timeout: float = 90) -> dict[str, Any]:
         return cluster.wait(
-            namespace, name, lambda s: (tier(s, tier_name) or {}).get("phase") == phase, timeout, f"{tier_name} {phase}", interval=0.1
+            namespace,
+            name,
+            lambda s: (tier(s, tier_name) or {}).get("phase") in phases,
+            timeout,
+            f"{tier_name} {' or '.join(phases)}",
+            interval=0.1,
         )
 
     # Hold every H200 GPU so the first tier must wait.
@@ -115,14 +120,7 @@ def test_sigkill_at_every_ladder_step_loses_and_leaks_nothing(sandbox: Any, oper
         kill_and_restart("tp2 LoadTesting")
         # A restart that outlasts the rest of the load and the 5 s after it (a loaded CI machine: once in 2026-12-07's
         # clean-clone run) finds both behind it and records the tier in one pass, leaving no Collecting to kill in.
-        status = cluster.wait(
-            namespace,
-            name,
-            lambda s: (tier(s, "tp2-pp1") or {}).get("phase") in ("Collecting", "Measured"),
-            90,
-            "tp2-pp1 Collecting or Measured",
-            interval=0.1,
-        )
+        status = wait_tier_phase("tp2-pp1", "Collecting", "Measured")
         if tier(status, "tp2-pp1")["phase"] == "Collecting":
             # The operator queries Prometheus 5 s after the load test's end (KNEEPOINT_METRICS_SETTLE_SECONDS):
             # kill it just then, inside the pass that records the tier and makes the decision.
