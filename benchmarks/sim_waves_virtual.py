@@ -46,7 +46,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_vs_real_vllm import DATA, FIGURES, MODELS, capture_engine_args, captures, engine_args, floor_line, holds, real_spread, workload_key
+from sim_vs_real_vllm import (
+    DATA,
+    FIGURES,
+    MODELS,
+    capture_engine_args,
+    captures,
+    engine_args,
+    floor_line,
+    holds,
+    real_spread,
+    swings_line,
+    workload_key,
+)
 
 from kneepoint.loadgen.statistics import percentile_sorted
 from kneepoint.simulator.engine import SimulatorSettings, scheduler_config
@@ -375,15 +387,26 @@ def main() -> None:
         f"delay {args.delay_ms:g} ms, {args.seeds} seeds"
     )
     worst, outside, beyond = 0.0, 0, 0
+    missed: list[tuple[dict, str]] = []  # (capture, figure) of the misses on load-generator captures
     replayed: dict[str, dict] = {}  # the captures (or stamped loads) replayed, for the floor no simulator can meet
 
-    def row(name: str, workload: str, label: str, real: float, sim: float, among: tuple[float, float, int] | None = None) -> None:
+    def row(
+        name: str,
+        workload: str,
+        label: str,
+        real: float,
+        sim: float,
+        among: tuple[float, float, int] | None = None,
+        figure: tuple[dict, str] | None = None,
+    ) -> None:
         nonlocal worst, outside, beyond
         err = sim / real - 1.0
-        missed = not holds(sim, real, args.tolerance)
-        worst, outside = max(worst, abs(err)), outside + missed
+        miss = not holds(sim, real, args.tolerance)
+        worst, outside = max(worst, abs(err)), outside + miss
+        if miss and figure is not None:
+            missed.append(figure)
         mark = ""
-        if missed and among is not None:
+        if miss and among is not None:
             low, high, _ = among
             if not low * (1 - args.tolerance) <= sim <= high * (1 + args.tolerance):
                 beyond, mark = beyond + 1, " *"  # as sim_vs_real_vllm.py's note tables mark them
@@ -441,11 +464,13 @@ def main() -> None:
             workload = f"{c['inputLen']}/{c['outputLen']} c{c['concurrency']} x{c['numRequests']}"
             for label, key in FIGURES:
                 real = float(cap["summary"][key])
-                row(name, workload, label, real, statistics.median(r[key] for r in runs), spread[workload_key(cap)][key])
+                row(name, workload, label, real, statistics.median(r[key] for r in runs), spread[workload_key(cap)][key], (cap, key))
     print(
         f"\n{outside} figures outside {args.tolerance:.0%} ({beyond} of them also outside {args.tolerance:.0%} of every real capture "
         f"of their workload); worst {worst:.1%}" + (f"; {floor_line(replayed, args.tolerance)}" if replayed else "")
     )
+    if missed:
+        print(swings_line(missed, args.tolerance))
 
 
 if __name__ == "__main__":
