@@ -8,6 +8,7 @@ from benchmark_scripts import load_benchmark
 
 from kneepoint.simulator.intake import Intake
 from kneepoint.simulator.output_loop import OutputLoop
+from kneepoint.simulator.perf_model import prefill_work
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +74,44 @@ def test_long_prompts_at_c16_wait_one_prefill_step_more_than_on_vllm_from_the_se
     # Real vLLM's own second mode: 54 of its 384 requests after the first round wait the model's five steps (its TTFT
     # P90 is 1,048 ms).
     assert sum(abs(r - model_rest) < 40 for r in real[16:]) > 0.1 * len(real[16:])
+
+
+def test_a_long_prompt_that_reaches_the_engine_during_a_long_steps_launch_waits_a_step_in_the_model(swv, monkeypatch) -> None:
+    # Why run 23's long prompts wait a step more in the model (the test above): with asynchronous scheduling the model
+    # plans a busy engine's next step with the requests that had arrived when the step before was *planned*, where
+    # vLLM's engine thread plans it once that step is *launched*: a 6,145-token step is above the CUDA graphs, and its
+    # launch takes the model's own CPU floor, 14.9 ms here (16.2 ms stamped for one 1,024-token prompt on the 8B, run
+    # 20). In the second round the model's second successor reaches the engine 3 ms after its first successor's
+    # prefill step was planned, so the step after that prefill decodes only (7 ms, and request 6 of the first round
+    # finishes in it) where vLLM's next step prefills: from there on each request waits one 206-ms step more.
+    from kneepoint.simulator import scheduler as sched_mod
+
+    steps: list[tuple[float, float, list[str], list[tuple[str, float]]]] = []
+
+    class Recording(sched_mod.Scheduler):
+        def schedule(self, now):  # type: ignore[no-untyped-def]
+            step = super().schedule(now)
+            if step is not None:
+                prefills = [r.request_id for r, n in step.entries if n > 1]
+                steps.append((now, step.duration, prefills, [(r.request_id, r.arrival_time) for r in self.waiting]))
+            return step
+
+    monkeypatch.setattr(swv, "Scheduler", Recording)
+    cap = swv.captures({"r23-long-r2"}, ("8b-tp1",))["r23-long-r2"]
+    settings = swv.replay_settings(swv.capture_engine_args(cap))
+    serving = settings.perf.calibration.serving
+    swv.run(settings, cap["config"], 0.0, 0, True, Intake.of(serving), OutputLoop(serving.api_us_per_output, serving.api_us_per_write))
+    launch = settings.perf.cpu_floor_seconds(prefill_work(6145))
+    assert launch == pytest.approx(0.0149, abs=0.0005)
+    # Every time a lone prefill step (one prompt, ~154 ms) is followed by a decode-only step while a prompt waits that
+    # reached the engine within that prefill's launch: the model's late join.
+    late = [
+        (a, b)
+        for a, b in zip(steps, steps[1:], strict=False)
+        if len(a[2]) == 1 and a[1] > 0.1 and not b[2] and any(a[0] < t <= a[0] + launch for _, t in b[3])
+    ]
+    # 26 times in the run (the two warm-up rounds' 9.2 ms included), at every round's turn: the prompt had reached the
+    # engine 2.5-3.3 ms after the prefill was planned, and a decode step of about 7 ms ran before it could join.
+    after_plan = [min(t for _, t in b[3] if t > a[0]) - a[0] for a, b in late]
+    assert len(late) >= 24 and sum(d < 0.0035 for d in after_plan) >= 22
+    assert all(b[1] < 0.0075 for _, b in late)
