@@ -268,7 +268,9 @@ PERCENTILES = {
 def measured_requests(cap: dict) -> list[dict] | None:
     """The requests behind a capture's summary (its ``-requests.json.gz`` beside it: the repeat whose TTFT P50 is the
     summary's), or None where the capture kept none."""
-    path = Path(cap.get("path", "")).with_name(Path(cap.get("path", "x.json")).stem + "-requests.json.gz")
+    if not cap.get("path"):
+        return None
+    path = Path(cap["path"]).with_name(Path(cap["path"]).stem + "-requests.json.gz")
     if not path.is_file():
         return None
     doc = json.loads(gzip.decompress(path.read_bytes()))

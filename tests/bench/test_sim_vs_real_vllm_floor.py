@@ -111,6 +111,7 @@ def test_the_70b_fp8s_c16_ttft_medians_move_a_quarter_with_one_request(svr) -> N
     assert swings[0] > 0.25 and swings[-1] < 0.28
     # A capture that kept no requests has no sample to tell.
     assert svr.one_request_swing({**next(iter(caps.values())), "path": "/nonexistent/x.json"}, "ttftP50Ms") is None
+    assert svr.one_request_swing({"summary": {"ttftP50Ms": 1.0}}, "ttftP50Ms") is None
 
 
 def test_the_swings_line_counts_the_misses_one_request_decides(svr) -> None:
