@@ -265,21 +265,27 @@ PERCENTILES = {
 """The percentile figures, by the per-request field and percentile they are taken from."""
 
 
+@functools.cache
+def _repeats(capture_path: str) -> tuple[list[dict], ...]:
+    """A capture's answered requests by repeat, from its ``-requests.json.gz`` (read once: a summary asks for each
+    missed figure of a capture); empty where it kept none."""
+    path = Path(capture_path).with_name(Path(capture_path).stem + "-requests.json.gz")
+    if not path.is_file():
+        return ()
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    repeats: dict[int, list[dict]] = {}
+    for r in doc["requests"] if isinstance(doc, dict) else doc:
+        if not r.get("error") and r.get("ttftMs") is not None:
+            repeats.setdefault(int(r.get("repeat") or 0), []).append(r)
+    return tuple(repeats.values())
+
+
 def measured_requests(cap: dict) -> list[dict] | None:
     """The requests behind a capture's summary (its ``-requests.json.gz`` beside it: the repeat whose TTFT P50 is the
     summary's), or None where the capture kept none."""
-    if not cap.get("path"):
-        return None
-    path = Path(cap["path"]).with_name(Path(cap["path"]).stem + "-requests.json.gz")
-    if not path.is_file():
-        return None
-    doc = json.loads(gzip.decompress(path.read_bytes()))
-    rows = [r for r in (doc["requests"] if isinstance(doc, dict) else doc) if not r.get("error") and r.get("ttftMs") is not None]
-    repeats: dict[int, list[dict]] = {}
-    for r in rows:
-        repeats.setdefault(int(r.get("repeat") or 0), []).append(r)
+    repeats = _repeats(cap["path"]) if cap.get("path") else ()
     target = float(cap["summary"]["ttftP50Ms"])
-    return min(repeats.values(), key=lambda rs: abs(percentile([r["ttftMs"] for r in rs], 50.0) - target), default=None)
+    return min(repeats, key=lambda rs: abs(percentile([r["ttftMs"] for r in rs], 50.0) - target), default=None)
 
 
 def one_request_swing(cap: dict, key: str) -> float | None:
