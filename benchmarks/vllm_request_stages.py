@@ -17,7 +17,9 @@ send and first-token times (same clock) close the chain. This prints, per load:
    whenever the GPU's part is shorter, beside the simulator's CPU floor for the same step;
 3. what requests arriving at the EngineCore cost its loop: a lone prompt's step, launch to launch, against how
    many arrived meanwhile;
-4. the API server at a closed loop's wave boundary: how long the first request of a wave waits to be rendered,
+4. when the busy EngineCore plans a step: how soon after the result of a step it plans the next (vLLM's batch queue of
+   two: step k+2 once step k's result is processed), and how many plans came on a launch alone;
+5. the API server at a closed loop's wave boundary: how long the first request of a wave waits to be rendered,
    how far apart the next ones are, and how many were rendered before the wave's last handler started.
 
 `--run 1b-render` prints run 26 instead: each load's renders split at their hops (the handler, the loop's turns
@@ -220,6 +222,25 @@ def lone_launches_and_arrivals(run: str) -> list[tuple[int, float]]:
             arrived = bisect.bisect_left(core_in, b[2]) - bisect.bisect_left(core_in, a[2])
             out.append((arrived, (b[2] - a[2]) * 1e3))
     return out
+
+
+def plans_after_results(run: str, label: str) -> tuple[list[float], int]:
+    """When a busy EngineCore plans, over one load: the ms from each step's result being processed (the `update` stamp)
+    to the next plan that schedules tokens, and how many such plans came right after another plan with no result
+    between. vLLM 0.24's `step_with_batch_queue` (a batch queue of two) plans step k+1, launches it, blocks on step k's
+    result and updates, then the busy loop drains its input queue and plans step k+2: requests that reach it during a
+    step's GPU work wait for that step's end. Only an engine that was idle plans its second step on the first's launch."""
+    lo, hi = _window(run, label)
+    core = [s for s in load(run)["stamps"] if s[0] == "core" and s[1] in ("sched", "update") and lo <= s[2] <= hi]
+    gaps, on_launch = [], 0
+    for a, b in zip(core, core[1:], strict=False):
+        if b[1] != "sched" or not b[4]:
+            continue
+        if a[1] == "update":
+            gaps.append((b[2] - a[2]) * 1e3)
+        else:
+            on_launch += 1
+    return gaps, on_launch
 
 
 def slope(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -701,6 +722,14 @@ def main(argv: list[str] | None = None) -> int:
             f"\nA lone 1,024-token prompt's step, launch to launch, against the requests that reached the EngineCore "
             f"meanwhile ({len(points)} steps): {base:.1f} ms + {per:.2f} ms a request"
         )
+        print("\nWhen the busy EngineCore plans: after a step's result (ms from the result, median and P90) or on a launch alone:\n")
+        print("| load | plans after a result | median | P90 | plans on a launch alone |")
+        print("|---|---|---|---|---|")
+        for label in labels:
+            gaps, on_launch = plans_after_results(run, label)
+            if gaps:
+                xs = sorted(gaps)
+                print(f"| {label} | {len(xs)} | {median(xs):.2f} | {percentile_sorted(xs, 90):.2f} | {on_launch} |")
         print("\nThe API server at a wave boundary (waves of 8 or more requests), ms:\n")
         print(
             "| load | waves | first request: handler -> rendered, median (max) | next renders apart, median "

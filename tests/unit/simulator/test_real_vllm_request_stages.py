@@ -28,6 +28,7 @@ import sim_waves_virtual as virtual
 import vllm_request_stages as stages
 
 from kneepoint.core.gpus import get_gpu_type
+from kneepoint.loadgen.statistics import percentile_sorted
 from kneepoint.simulator.calibration import load_calibration
 from kneepoint.simulator.calibration_vllm import (
     fit_attention_per_seq_per_layer,
@@ -317,6 +318,20 @@ def test_each_request_reaching_the_enginecore_costs_its_loop_about_a_millisecond
         assert 0.5 < per < 1.1, (run, per)
         alone = stages.median([ms for n, ms in points if n == 0])
         assert base == pytest.approx(alone, rel=0.25), run
+
+
+def test_a_busy_vllm_plans_each_step_on_the_result_of_the_step_before_the_one_in_flight() -> None:
+    # docs/simulator.md, "When a busy vLLM plans": vLLM 0.24's batch queue of two plans step k+2 once step k's result
+    # is processed (step k+1 launched and on the GPU meanwhile), so a request that reaches the EngineCore while a step
+    # runs waits for that step's end, however short the step's launch; only an engine that was idle plans its second
+    # step on the first one's launch alone.
+    for run in stages.STAGE_RUNS:
+        for label in ("c8", "c32", "c128"):
+            gaps, on_launch = stages.plans_after_results(run, label)
+            assert len(gaps) > 500, (run, label)
+            xs = sorted(gaps)
+            assert stages.median(xs) < 2.0 and percentile_sorted(xs, 90) < 3.0, (run, label)
+            assert on_launch <= 8, (run, label)
 
 
 def test_at_256_sequences_the_api_servers_output_path_falls_behind_and_the_engine_waits_between_waves() -> None:
