@@ -230,11 +230,21 @@ def test_a_leader_that_sees_its_lease_taken_stops_at_once_and_writes_nothing_mor
             cluster.wait(
                 scope, name, lambda s: (tier(s, "tp1-pp1") or {}).get("phase") == "LoadTesting", 120, "tp1 LoadTesting", interval=0.1
             )
-            # Someone else's record in the Lease, as after a takeover the old leader did not notice.
-            body = coordination.read_namespaced_lease(lease, LEASE_NAMESPACE)
-            body.spec.holder_identity = "intruder"
-            body.spec.renew_time = datetime.now(UTC)
-            coordination.replace_namespaced_lease(lease, LEASE_NAMESPACE, body)
+            # Someone else's record in the Lease, as after a takeover the old leader did not notice. The leader renews
+            # the Lease meanwhile, so a write from a stale read is refused (409): read again and retry, as a client of
+            # the Lease must.
+            for _ in range(20):
+                body = coordination.read_namespaced_lease(lease, LEASE_NAMESPACE)
+                body.spec.holder_identity = "intruder"
+                body.spec.renew_time = datetime.now(UTC)
+                try:
+                    coordination.replace_namespaced_lease(lease, LEASE_NAMESPACE, body)
+                    break
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+            else:
+                pytest.fail("the intruder's record never got into the Lease: every write conflicted with a renewal")
             taken = time.monotonic()
             _wait("the first operator to give up its leadership", lambda: "Lost the leadership" in first.logs(), 30)
             stopped = time.monotonic() - taken
