@@ -205,9 +205,15 @@ def launches(run: str, label: str) -> list[Launch]:
 
 
 @functools.cache
+def _core_steps(run: str) -> list[list[Any]]:
+    """The run's EngineCore step stamps (Scheduler.schedule, update_from_output), in time order."""
+    return [s for s in load(run)["stamps"] if s[1] in ("sched", "update")]
+
+
+@functools.cache
 def _scheds(run: str) -> list[list[Any]]:
     """The run's Scheduler.schedule stamps, in time order."""
-    return [s for s in load(run)["stamps"] if s[1] == "sched"]
+    return [s for s in _core_steps(run) if s[1] == "sched"]
 
 
 def lone_launches_and_arrivals(run: str) -> list[tuple[int, float]]:
@@ -231,7 +237,7 @@ def plans_after_results(run: str, label: str) -> tuple[list[float], int]:
     result and updates, then the busy loop drains its input queue and plans step k+2: requests that reach it during a
     step's GPU work wait for that step's end. Only an engine that was idle plans its second step on the first's launch."""
     lo, hi = _window(run, label)
-    core = [s for s in load(run)["stamps"] if s[0] == "core" and s[1] in ("sched", "update") and lo <= s[2] <= hi]
+    core = [s for s in _core_steps(run) if lo <= s[2] <= hi]
     gaps, on_launch = [], 0
     for a, b in zip(core, core[1:], strict=False):
         if b[1] != "sched" or not b[4]:
